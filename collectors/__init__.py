@@ -1,0 +1,1 @@
+"""Evidence collectors: one module per source, discovered by the registry."""

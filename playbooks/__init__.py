@@ -1,0 +1,1 @@
+"""Playbooks, the Xid catalog and the cause catalog, shipped as package data."""

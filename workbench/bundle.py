@@ -1,0 +1,377 @@
+"""The incident bundle: one DuckDB file holding raw evidence, normalized rows and seals.
+
+DuckDB allows one writer or many readers per file. Capture and ingest open the bundle for
+writing and close it when done; everyone else opens it read-only. A bundle someone else holds
+open for writing gets a one-line ``BundleBusy`` message instead of a lock traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import duckdb
+import pyarrow as pa
+
+from collectors.base import (
+    Event,
+    GpuInventory,
+    GpuSample,
+    HostFact,
+    Row,
+    SeriesPoint,
+    Skipped,
+    Topology,
+    to_utc,
+)
+from workbench import schema
+
+CHUNK_BYTES = 4 << 20
+"""Raw bytes are stored in chunks so that a multi-GB log is streamed, never held whole."""
+
+
+class BundleError(Exception):
+    """A problem with a bundle file that the user can act on; printed as one line."""
+
+
+class BundleBusy(BundleError):
+    """Another process has the bundle open for writing."""
+
+
+def utc_naive(value: datetime | None) -> datetime | None:
+    """Bundles store naive timestamps that are UTC by convention."""
+    if value is None:
+        return None
+    return to_utc(value).replace(tzinfo=None)
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    try:
+        return duckdb.connect(str(path), read_only=read_only)
+    except duckdb.IOException as exc:
+        text = str(exc)
+        if "lock" in text.lower():
+            holder = ""
+            if "PID" in text:
+                holder = " (" + text[text.index("PID"):].split(")")[0].rstrip(".") + ")"
+            raise BundleBusy(f"bundle {path} is busy: another gpuwb process has it open for writing{holder}; "
+                             "try again when it finishes") from None
+        raise BundleError(f"cannot open bundle {path}: {text.splitlines()[0]}") from None
+    except duckdb.Error as exc:
+        raise BundleError(f"{path} is not a gpuwb bundle: {str(exc).splitlines()[0]}") from None
+
+
+class Bundle:
+    """A handle on one bundle file. Use as a context manager so the lock is released."""
+
+    def __init__(self, path: Path, con: duckdb.DuckDBPyConnection, writable: bool) -> None:
+        self.path = path
+        self.con = con
+        self.writable = writable
+        self._next_event_id: int | None = None
+
+    # -- opening ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], *, title: str = "", incident_id: str | None = None,
+               meta: dict[str, str] | None = None) -> Bundle:
+        path = Path(path)
+        if path.exists():
+            raise BundleError(f"{path} already exists")
+        con = _connect(path, read_only=False)
+        schema.migrate(con)
+        bundle = cls(path, con, writable=True)
+        values = {"incident_id": incident_id or uuid.uuid4().hex[:12], "title": title,
+                  "created_at": now_utc().isoformat(timespec="seconds"), "tool": "gpuwb " + _version()}
+        values.update(meta or {})
+        for key, value in values.items():
+            con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
+        return bundle
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, write: bool = False) -> Bundle:
+        path = Path(path)
+        if not path.exists():
+            raise BundleError(f"no such bundle: {path}")
+        con = _connect(path, read_only=not write)
+        try:
+            version = schema.current_version(con)
+        except duckdb.Error as exc:
+            con.close()
+            raise BundleError(f"{path} is not a gpuwb bundle: {str(exc).splitlines()[0]}") from None
+        if version == 0:
+            con.close()
+            raise BundleError(f"{path} is not a gpuwb bundle (no meta table)")
+        if version < schema.SCHEMA_VERSION:
+            if not write:
+                con.close()
+                con = _connect(path, read_only=False)
+                schema.migrate(con)
+                con.close()
+                con = _connect(path, read_only=True)
+            else:
+                schema.migrate(con)
+        return cls(path, con, writable=write)
+
+    @classmethod
+    def open_or_create(cls, path: str | os.PathLike[str], **kwargs: Any) -> Bundle:
+        if Path(path).exists():
+            return cls.open(path, write=True)
+        return cls.create(path, **kwargs)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Bundle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- metadata --------------------------------------------------------------------------
+    def meta(self) -> dict[str, str]:
+        return dict(self.con.execute("SELECT key, value FROM meta").fetchall())
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Incident metadata (title, window, status); not evidence, but part of the root digest."""
+        self.con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
+
+    # -- artifacts -------------------------------------------------------------------------
+    def find_artifact(self, sha256: str) -> int | None:
+        rows = self.con.execute("SELECT id FROM artifact WHERE sha256 = ?", [sha256]).fetchall()
+        return rows[0][0] if rows else None
+
+    def add_artifact(self, stream: BinaryIO, *, kind: str, source: str, collector: str | None = None,
+                     host: str | None = None, captured_at: datetime | None = None,
+                     info: dict[str, Any] | None = None) -> tuple[str, int, bool]:
+        """Store raw bytes verbatim, streamed in chunks. Returns (sha256, id, is_new): the same
+        bytes stored twice are kept once."""
+        aid = self.con.execute("SELECT coalesce(max(id), 0) + 1 FROM artifact").fetchall()[0][0]
+        digest = hashlib.sha256()
+        size = 0
+        seq = 0
+        self.con.execute("BEGIN")
+        try:
+            while True:
+                block = stream.read(CHUNK_BYTES)
+                if not block:
+                    break
+                digest.update(block)
+                size += len(block)
+                self.con.execute("INSERT INTO artifact_chunk VALUES (?, ?, ?)", [aid, seq, block])
+                seq += 1
+            sha = digest.hexdigest()
+            existing = self.find_artifact(sha)
+            if existing is not None:
+                self.con.execute("ROLLBACK")
+                return sha, existing, False
+            self.con.execute(
+                "INSERT INTO artifact (id, sha256, collector, kind, host, source, captured_at, size, info) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [aid, sha, collector, kind, host, source, utc_naive(captured_at or datetime.now(timezone.utc)),
+                 size, json.dumps(info or {}, default=str)])
+            self.con.execute("COMMIT")
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        return sha, aid, True
+
+    def set_parse_stats(self, artifact_id: int, *, lines: int, events: int, rows: int, skipped: int,
+                        skip_reasons: dict[str, int], kind: str | None = None) -> None:
+        """Parse statistics are filled once, right after the artifact is stored, before sealing."""
+        self.con.execute(
+            "UPDATE artifact SET lines = ?, events = ?, rows = ?, skipped = ?, skip_reasons = ?, "
+            "kind = coalesce(?, kind) WHERE id = ?",
+            [lines, events, rows, skipped, json.dumps(skip_reasons), kind, artifact_id])
+
+    def artifact_bytes(self, artifact: str | int) -> Iterator[bytes]:
+        """The raw bytes of an artifact (by sha256 or id), chunk by chunk."""
+        aid = artifact if isinstance(artifact, int) else self.find_artifact(artifact)
+        if aid is None:
+            raise BundleError(f"no artifact {artifact}")
+        seqs = self.con.execute(
+            "SELECT seq FROM artifact_chunk WHERE artifact_id = ? ORDER BY seq", [aid]).fetchall()
+        for (seq,) in seqs:
+            yield self.con.execute(
+                "SELECT data FROM artifact_chunk WHERE artifact_id = ? AND seq = ?", [aid, seq]).fetchall()[0][0]
+
+    def artifact_lines(self, artifact: str, start: int, count: int = 1) -> list[str]:
+        """Lines ``start``.. (1-based) of an artifact's raw text, to show evidence in context."""
+        out: list[str] = []
+        lineno = 0
+        carry = b""
+        for block in self.artifact_bytes(artifact):
+            parts = (carry + block).split(b"\n")
+            carry = parts.pop()
+            for part in parts:
+                lineno += 1
+                if lineno >= start:
+                    out.append(part.decode("utf-8", "replace"))
+                    if len(out) >= count:
+                        return out
+        if carry and lineno + 1 >= start:
+            out.append(carry.decode("utf-8", "replace"))
+        return out[:count]
+
+    def artifacts(self) -> list[dict[str, Any]]:
+        cur = self.con.execute(
+            "SELECT id, sha256, collector, kind, host, source, captured_at, size, lines, events, rows, "
+            "skipped, info FROM artifact ORDER BY id")
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+    # -- rows ------------------------------------------------------------------------------
+    def writer(self, artifact_sha: str | None) -> RowWriter:
+        return RowWriter(self, artifact_sha)
+
+    def next_event_id(self, count: int) -> int:
+        if self._next_event_id is None:
+            self._next_event_id = self.con.execute("SELECT coalesce(max(id), 0) + 1 FROM event").fetchall()[0][0]
+        first = self._next_event_id
+        self._next_event_id += count
+        return first
+
+    def record_capture(self, collector: str, *, host: str | None, status: str, reason: str = "",
+                       started_at: datetime | None = None, duration_s: float = 0.0, artifacts: int = 0,
+                       detail: dict[str, Any] | None = None) -> None:
+        self.con.execute("INSERT INTO capture_log VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                         [collector, host, status, reason, utc_naive(started_at), duration_s, artifacts,
+                          json.dumps(detail or {}, default=str)])
+
+    def coverage(self) -> list[dict[str, Any]]:
+        cur = self.con.execute("SELECT collector, host, status, reason, duration_s, artifacts "
+                               "FROM capture_log ORDER BY started_at, collector")
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+    # -- responder journal (append-only) ---------------------------------------------------
+    def append_journal(self, *, author: str, kind: str, target: str, body: dict[str, Any]) -> int:
+        jid = self.con.execute("SELECT coalesce(max(id), 0) + 1 FROM journal").fetchall()[0][0]
+        self.con.execute("INSERT INTO journal VALUES (?, ?, ?, ?, ?, ?)",
+                         [jid, now_utc(), author, kind, target, json.dumps(body, default=str)])
+        return jid
+
+    # -- sealing and verification ----------------------------------------------------------
+    def root_digest(self) -> str:
+        """sha256 over the incident metadata and every artifact's hash, size and provenance."""
+        meta = {k: v for k, v in self.meta().items() if k in ("incident_id", "title", "created_at")}
+        rows = self.con.execute(
+            "SELECT sha256, size, collector, kind, host, source FROM artifact ORDER BY sha256").fetchall()
+        doc = json.dumps({"meta": meta, "artifacts": [list(r) for r in rows]}, sort_keys=True, default=str)
+        return hashlib.sha256(doc.encode()).hexdigest()
+
+    def seal(self, *, complete: bool = True) -> str:
+        digest = self.root_digest()
+        seq = self.con.execute("SELECT coalesce(max(seq), 0) + 1 FROM seal").fetchall()[0][0]
+        count = self.con.execute("SELECT count(*) FROM artifact").fetchall()[0][0]
+        self.con.execute("INSERT INTO seal VALUES (?, ?, ?, ?, ?)", [seq, now_utc(), digest, count, complete])
+        return digest
+
+    def last_seal(self) -> dict[str, Any] | None:
+        rows = self.con.execute(
+            "SELECT seq, sealed_at, root_digest, artifacts, complete FROM seal ORDER BY seq DESC LIMIT 1"
+        ).fetchall()
+        if not rows:
+            return None
+        row = rows[0]
+        return dict(zip(("seq", "sealed_at", "root_digest", "artifacts", "complete"), row))
+
+    def verify(self) -> list[str]:
+        """Re-hash every artifact and the root digest. Returns one line per problem; empty when intact."""
+        problems: list[str] = []
+        for art in self.artifacts():
+            digest = hashlib.sha256()
+            size = 0
+            for block in self.artifact_bytes(art["id"]):
+                digest.update(block)
+                size += len(block)
+            if digest.hexdigest() != art["sha256"] or size != art["size"]:
+                problems.append(f"artifact altered: {art['sha256']} ({art['kind']} {art['source']}, "
+                                f"host {art['host'] or '-'}): now sha256 {digest.hexdigest()}, {size} bytes")
+        seal = self.last_seal()
+        if seal is None:
+            problems.append("bundle was never sealed")
+        elif seal["root_digest"] != self.root_digest():
+            problems.append(f"root digest mismatch: sealed {seal['root_digest']}, now {self.root_digest()} "
+                            "(artifacts or incident metadata changed after sealing)")
+        return problems
+
+
+_TABLE_OF = {Event: "event", GpuSample: "gpu_sample", GpuInventory: "gpu_inventory", Topology: "topology",
+             SeriesPoint: "series", HostFact: "host_inventory"}
+_JSON_FIELDS = {"attrs", "extra", "labels"}
+
+
+class RowWriter:
+    """Buffers parsed rows per table and appends them in Arrow batches (fast, bounded memory)."""
+
+    BATCH = 50_000
+
+    def __init__(self, bundle: Bundle, artifact_sha: str | None) -> None:
+        self.bundle = bundle
+        self.artifact = artifact_sha
+        self.pending: dict[type, list[Any]] = {}
+        self.counts: dict[str, int] = {}
+        self.skipped = 0
+        self.skip_reasons: dict[str, int] = {}
+        self._buffered = 0
+
+    def add(self, row: Row) -> None:
+        if isinstance(row, Skipped):
+            self.skipped += 1
+            self.skip_reasons[row.reason] = self.skip_reasons.get(row.reason, 0) + 1
+            return
+        self.pending.setdefault(type(row), []).append(row)
+        self._buffered += 1
+        if self._buffered >= self.BATCH:
+            self.flush()
+
+    def add_all(self, rows: Iterable[Row]) -> None:
+        for row in rows:
+            self.add(row)
+
+    def flush(self) -> None:
+        for row_type, rows in self.pending.items():
+            if rows:
+                self._insert(_TABLE_OF[row_type], rows)
+        self.pending = {}
+        self._buffered = 0
+
+    def _insert(self, table: str, rows: list[Any]) -> None:
+        names = [f.name for f in dataclasses.fields(rows[0])]
+        columns: dict[str, list[Any]] = {}
+        for name in names:
+            values = [getattr(r, name) for r in rows]
+            if name in _JSON_FIELDS:
+                values = [json.dumps(v, default=str) if v is not None else None for v in values]
+            elif name == "ts":
+                values = [utc_naive(v) for v in values]
+            columns[name] = values
+        if table == "event":
+            first = self.bundle.next_event_id(len(rows))
+            columns["id"] = list(range(first, first + len(rows)))
+        columns["artifact"] = [self.artifact] * len(rows)
+        arrow = pa.table({k: pa.array(v) for k, v in columns.items()})
+        cols = ", ".join(f'"{c}"' for c in columns)
+        self.bundle.con.register("_rows", arrow)
+        try:
+            self.bundle.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _rows")
+        finally:
+            self.bundle.con.unregister("_rows")
+        self.counts[table] = self.counts.get(table, 0) + len(rows)
+
+
+def _version() -> str:
+    from workbench import __version__
+
+    return __version__

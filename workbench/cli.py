@@ -1,0 +1,74 @@
+"""``gpuwb``: the command line. Each sub-command is a module of ``workbench.commands``.
+
+Usage and input errors exit 2 with one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+import workbench.commands
+from workbench import __version__
+from workbench.bundle import BundleError
+from workbench.ingest import IngestError
+
+COMMAND_ORDER = ("capture", "ingest", "timeline", "analyze", "open", "report", "export", "verify", "merge",
+                 "demo")
+
+
+class UsageError(Exception):
+    """A mistake in how gpuwb was called; printed as one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse prints usage + exits 2; keep it to one line
+        self.exit(2, f"gpuwb: error: {message} (see gpuwb {self.prog.split()[-1]} --help)\n"
+                  if " " in self.prog else f"gpuwb: error: {message} (see gpuwb --help)\n")
+
+
+def _commands() -> list:
+    found = []
+    for info in pkgutil.iter_modules(workbench.commands.__path__):
+        module = importlib.import_module(f"workbench.commands.{info.name}")
+        if hasattr(module, "NAME"):
+            found.append(module)
+    rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
+    return sorted(found, key=lambda m: (rank.get(m.NAME, 99), m.NAME))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="gpuwb", description="GPU incident workbench: capture evidence, find the root cause, "
+                     "write the postmortem.")
+    parser.add_argument("--version", action="version", version=f"gpuwb {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for module in _commands():
+        cmd = sub.add_parser(module.NAME, help=module.HELP, description=module.__doc__)
+        module.add_arguments(cmd)
+        cmd.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except (BundleError, IngestError, UsageError, ValueError) as exc:
+        print(f"gpuwb: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        print("gpuwb: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Freeze this host's evidence into one DuckDB bundle before anyone restarts anything.
+
+Every collector runs in its own process with a hard timeout; the coverage table at the end
+says what was collected and what was not, and why."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from collectors import registry
+from workbench.capture import CollectorOutcome, capture
+from workbench.commands.summary import print_summary
+from workbench.table import format_table
+from workbench.timespec import parse_since
+
+NAME = "capture"
+HELP = "capture evidence on this host into a bundle"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", metavar="BUNDLE", help="bundle file (default: incident-HOST-TIME.duckdb)")
+    parser.add_argument("--since", metavar="DURATION", default="24h",
+                        help="how far back to collect logs: 30m, 6h, 2d or an ISO time (default 24h)")
+    parser.add_argument("--title", metavar="T", default="", help="incident title")
+    parser.add_argument("--only", metavar="COLLECTOR", action="append", help="run only these collectors")
+    parser.add_argument("--skip", metavar="COLLECTOR", action="append", default=[], help="skip these collectors")
+    parser.add_argument("--safe", action="store_true",
+                        help="skip NVML and nvidia-smi entirely (for a node whose GPU fell off the bus)")
+    parser.add_argument("--no-redact", action="store_true", help="keep secret values (default: redacted)")
+    parser.add_argument("--timeout-scale", type=float, default=1.0, metavar="X",
+                        help="multiply every collector's timeout by X")
+    for module in registry.all_collectors():
+        hook = getattr(module, "add_capture_arguments", None)
+        if hook:
+            hook(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    since = parse_since(args.since)
+    output = Path(args.output or f"incident-{_hostname()}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.duckdb")
+    if output.exists():
+        raise ValueError(f"{output} already exists; choose another -o")
+    skip = list(args.skip)
+    if args.safe:
+        skip += [m.NAME for m in registry.all_collectors() if getattr(m, "TOUCHES_GPU", False)]
+    options = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    known = {m.NAME for m in registry.all_collectors()}
+    for name in (args.only or []) + args.skip:
+        if name not in known:
+            raise ValueError(f"unknown collector {name!r}; known: {', '.join(sorted(known))}")
+    print(f"gpuwb capture: {len([m for m in registry.all_collectors() if hasattr(m, 'capture')])} collectors, "
+          f"window since {since:%Y-%m-%d %H:%M:%S}Z -> {output}", file=sys.stderr)
+    path, outcomes, complete = capture(output, since=since, options=options, only=args.only, skip=skip,
+                                       title=args.title, redact=not args.no_redact,
+                                       timeout_scale=args.timeout_scale, progress=_progress)
+    print()
+    print("Coverage")
+    print(format_table(["collector", "status", "artifacts", "events", "seconds", "reason"],
+                       [(o.name, o.status, len(o.results), sum(r.events for r in o.results), f"{o.duration_s:.1f}",
+                         o.reason) for o in outcomes], max_width=100))
+    for name in skip:
+        print(f"{name}: skipped by request")
+    print()
+    print_summary(path)
+    if not complete:
+        print(f"bundle {path} is INCOMPLETE (interrupted)", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _progress(outcome: CollectorOutcome) -> None:
+    print(f"  {outcome.name:<12} {outcome.status:<8} {outcome.duration_s:5.1f}s", file=sys.stderr)
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()

@@ -1,0 +1,41 @@
+"""Add evidence handed over as files, folders, .gz/.tar.gz/.zip archives or nvidia-bug-report logs.
+
+Each file's kind is sniffed from its content (--kind forces one); unknown files are kept as raw
+artifacts of kind 'unknown'. The bundle is created if it does not exist."""
+
+from __future__ import annotations
+
+import argparse
+
+from workbench.bundle import Bundle
+from workbench.ingest import ingest_paths
+from workbench.table import format_table
+from workbench.timespec import parse_instant
+
+NAME = "ingest"
+HELP = "add files, folders or archives to a bundle"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle", metavar="BUNDLE")
+    parser.add_argument("paths", metavar="PATH", nargs="+")
+    parser.add_argument("--kind", help="force the artifact kind instead of sniffing it")
+    parser.add_argument("--host", help="host the files belong to (when their content does not say)")
+    parser.add_argument("--boot-time", metavar="ISO", help="boot time for raw dmesg seconds (UTC)")
+    parser.add_argument("--title", default="", help="incident title for a new bundle")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only the totals")
+
+
+def run(args: argparse.Namespace) -> int:
+    boot = parse_instant(args.boot_time) if args.boot_time else None
+    with Bundle.open_or_create(args.bundle, title=args.title) as bundle:
+        results = ingest_paths(bundle, args.paths, kind=args.kind, host=args.host, boot_time=boot)
+    if not args.quiet:
+        print(format_table(["file", "kind", "host", "lines", "events", "rows", "skipped", "status"],
+                           [(r.path, r.kind, r.host, r.lines, r.events, r.rows, r.skipped,
+                             r.status + (f": {r.error}" if r.error else "")) for r in results], max_width=70))
+    new = [r for r in results if r.status == "new"]
+    print(f"{len(results)} files: {len(new)} new, {sum(r.status == 'duplicate' for r in results)} duplicate, "
+          f"{sum(r.status == 'error' for r in results)} unreadable; {sum(r.events for r in new)} events, "
+          f"{sum(r.skipped for r in new)} skipped lines")
+    return 2 if results and all(r.status == "error" for r in results) else 0

@@ -1,0 +1,24 @@
+"""Shared printing of a bundle's summary (not a command of its own)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workbench.bundle import Bundle
+from workbench.query import summary
+from workbench.table import format_table
+
+
+def print_summary(path: Path | str) -> None:
+    with Bundle.open(path) as bundle:
+        info = summary(bundle)
+    meta = info["meta"]
+    count, size = info["artifacts"]
+    start, end = info["window"]
+    print(f"Bundle {path}: {meta.get('title') or '(untitled)'} [incident {meta.get('incident_id')}]")
+    print(f"  {count} artifacts, {size / 1e6:.1f} MB raw; root digest {info['seal']['root_digest'][:16]}…"
+          if info["seal"] else f"  {count} artifacts, not sealed")
+    print(f"  hosts: {', '.join(info['hosts']) or '-'}; events {start or '-'} .. {end or '-'}")
+    print("  rows: " + ", ".join(f"{t} {n}" for t, n in info["tables"].items()))
+    if info["events_by_kind"]:
+        print(format_table(["event kind", "count"], info["events_by_kind"][:20]))

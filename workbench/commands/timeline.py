@@ -1,0 +1,57 @@
+"""The merged events of all sources, oldest first; --json prints one JSON object per line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from workbench.bundle import Bundle
+from workbench.query import EventFilter, event_json, iter_events
+from workbench.timespec import parse_instant
+
+NAME = "timeline"
+HELP = "print the merged event timeline"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle", metavar="BUNDLE")
+    parser.add_argument("--json", action="store_true", help="one JSON object per event")
+    parser.add_argument("--host", action="append", default=[], metavar="H")
+    parser.add_argument("--source", action="append", default=[], metavar="S")
+    parser.add_argument("--layer", action="append", default=[], metavar="L")
+    parser.add_argument("--kind", action="append", default=[], metavar="K")
+    parser.add_argument("--severity", action="append", default=[], metavar="SEV")
+    parser.add_argument("--grep", metavar="TEXT", help="only events whose message contains TEXT")
+    parser.add_argument("--since", metavar="T", help="ISO time")
+    parser.add_argument("--until", metavar="T", help="ISO time")
+    parser.add_argument("--limit", type=int, metavar="N")
+
+
+def filter_from(args: argparse.Namespace) -> EventFilter:
+    return EventFilter(hosts=tuple(args.host), sources=tuple(args.source), layers=tuple(args.layer),
+                       kinds=tuple(args.kind), severities=tuple(args.severity), text=args.grep,
+                       since=parse_instant(args.since) if args.since else None,
+                       until=parse_instant(args.until) if args.until else None)
+
+
+def run(args: argparse.Namespace) -> int:
+    flt = filter_from(args)
+    out = sys.stdout
+    with Bundle.open(args.bundle) as bundle:
+        for n, row in enumerate(iter_events(bundle, flt)):
+            if args.limit is not None and n >= args.limit:
+                break
+            if args.json:
+                out.write(json.dumps(event_json(row), default=str) + "\n")
+            else:
+                ts = row["ts"].strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if row["ts"] else "?" + (row["ts_raw"] or "")
+                mark = "~" if row["ts_approx"] else " "
+                where = row["host"] or "-"
+                if row["gpu"]:
+                    where += f" {row['gpu']}"
+                if row["rank"] is not None:
+                    where += f" r{row['rank']}"
+                out.write(f"{ts:<24}{mark} {row['layer'] or '-':<15} {row['kind']:<18} {where:<28} "
+                          f"{row['message']}\n")
+    return 0

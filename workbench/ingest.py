@@ -1,0 +1,379 @@
+"""Evidence handed over as files, folders or archives, stored verbatim and parsed.
+
+Each file's kind is sniffed from its content through the collector registry (``--kind``
+forces one). Files nobody recognises are still stored, as kind ``unknown``: nothing handed
+over is lost. Parsing is isolated per file: a parser that fails leaves the raw artifact and a
+counted skip, never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path, PurePosixPath
+from types import ModuleType
+from typing import Any, BinaryIO
+
+from collectors import registry
+from collectors.base import Event, HostFact, ParseContext, Skipped
+from workbench.bundle import Bundle
+
+SNIFF_BYTES = 64 << 10
+MAX_ARCHIVE_BYTES = 32 << 30
+MAX_RATIO = 1000
+SHARED_DIRS = {"logs", "log", "slurm", "k8s", "kubernetes", "metrics", "prometheus", "nccl", "changes",
+               "scheduler", "network", "storage", "common", "shared", "cluster", "events", "latency",
+               "serving", "deploys", "configs", "misc", "evidence", "incident"}
+
+
+class IngestError(Exception):
+    """An input that cannot be read at all (missing path, broken or hostile archive)."""
+
+
+@dataclass
+class FileResult:
+    """What happened to one input file: shown as the per-file summary."""
+
+    path: str
+    kind: str
+    host: str | None
+    size: int = 0
+    lines: int = 0
+    events: int = 0
+    rows: int = 0
+    skipped: int = 0
+    status: str = "new"
+    sha256: str = ""
+    error: str = ""
+    skip_reasons: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Item:
+    """One file to ingest, wherever it came from (plain file, archive member, decompressed .gz)."""
+
+    name: str
+    rel_parts: tuple[str, ...]
+    open: Callable[[], BinaryIO]
+    mtime: datetime | None
+    cleanup: Callable[[], None] | None = None
+
+
+class Session:
+    """Shared state of one ingest or capture run: clocks learned from earlier files."""
+
+    def __init__(self, bundle: Bundle, *, boot_time: datetime | None = None,
+                 reference_time: datetime | None = None) -> None:
+        self.bundle = bundle
+        self.boot_times: dict[str, datetime] = {}
+        self.reference_times: dict[str, datetime] = {}
+        self.default_boot = boot_time
+        self.reference_time = reference_time
+        self.uptimes: dict[str, float] = {}
+        for host, key, value in bundle.con.execute(
+                "SELECT host, key, value FROM host_inventory WHERE key IN ('boot_time', 'date')").fetchall():
+            with contextlib.suppress(ValueError):
+                when = datetime.fromisoformat(value)
+                target = self.boot_times if key == "boot_time" else self.reference_times
+                target.setdefault(host or "", when if when.tzinfo else when.replace(tzinfo=timezone.utc))
+
+    def store_and_parse(self, stream_factory: Callable[[], BinaryIO], *, name: str, kind: str,
+                        module: ModuleType | None, host: str | None, source: str,
+                        captured_at: datetime | None = None, mtime: datetime | None = None,
+                        info: dict[str, Any] | None = None) -> FileResult:
+        """Store the bytes (deduplicated), then parse them into rows. Never raises for bad content."""
+        with stream_factory() as stream:
+            sha, aid, is_new = self.bundle.add_artifact(
+                stream, kind=kind, source=source, collector=module.NAME if module else None, host=host,
+                captured_at=captured_at or mtime, info=info)
+        result = FileResult(path=name, kind=kind, host=host, sha256=sha)
+        result.size = self.bundle.con.execute("SELECT size FROM artifact WHERE id = ?", [aid]).fetchall()[0][0]
+        if not is_new:
+            result.status = "duplicate"
+            return result
+        if module is None or not hasattr(module, "parse"):
+            self.bundle.set_parse_stats(aid, lines=0, events=0, rows=0, skipped=0, skip_reasons={})
+            return result
+        ctx = ParseContext(host=host, boot_time=self.boot_times.get(host or "", self.default_boot),
+                           reference_time=self.reference_time, mtime=mtime, source_name=name,
+                           boot_times=self.boot_times, reference_times=self.reference_times)
+        writer = self.bundle.writer(sha)
+        source_name = module.NAME
+        layer = getattr(module, "LAYER", None)
+        try:
+            with stream_factory() as stream:
+                for row in module.parse(kind, stream, ctx):
+                    if isinstance(row, Event):
+                        row.source = row.source or source_name
+                        row.layer = row.layer or layer
+                        row.host = row.host or host
+                    elif isinstance(row, HostFact):
+                        row.host = row.host or host
+                        self._learn(row)
+                    elif not isinstance(row, Skipped) and hasattr(row, "host"):
+                        row.host = row.host or host
+                    writer.add(row)
+        except Exception as exc:  # a parser bug must not lose the bundle: count it, keep the raw bytes
+            writer.add(Skipped(ctx.lines_read or None, f"parser error: {type(exc).__name__}: {exc}"[:200]))
+            result.error = f"{type(exc).__name__}: {exc}"[:200]
+        writer.flush()
+        result.lines = ctx.lines_read
+        result.events = writer.counts.get("event", 0)
+        result.rows = sum(writer.counts.values())
+        result.skipped = writer.skipped
+        result.skip_reasons = writer.skip_reasons
+        self.bundle.set_parse_stats(aid, lines=result.lines, events=result.events, rows=result.rows,
+                                    skipped=result.skipped, skip_reasons=writer.skip_reasons)
+        return result
+
+    def _learn(self, fact: HostFact) -> None:
+        """Boot time and a dated reference per host; /proc/uptime plus ``date`` give a boot time too."""
+        host = fact.host or ""
+        with contextlib.suppress(ValueError):
+            if fact.key == "uptime_s":
+                self.uptimes[host] = float(fact.value)
+            elif fact.key in ("boot_time", "date"):
+                when = datetime.fromisoformat(fact.value)
+                when = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+                target = self.boot_times if fact.key == "boot_time" else self.reference_times
+                target.setdefault(host, when)
+        if host not in self.boot_times and host in self.uptimes and host in self.reference_times:
+            self.boot_times[host] = self.reference_times[host] - timedelta(seconds=self.uptimes[host])
+
+
+def ingest_paths(bundle: Bundle, paths: list[str], *, kind: str | None = None, host: str | None = None,
+                 boot_time: datetime | None = None,
+                 progress: Callable[[FileResult], None] | None = None) -> list[FileResult]:
+    """Ingest files, folders (recursively) and archives into ``bundle``; returns one result per file."""
+    forced = None
+    if kind is not None:
+        forced = registry.collector_for_kind(kind)
+        if forced is None and kind != "unknown":
+            raise IngestError(f"unknown kind {kind!r}; known kinds: {', '.join(registry.known_kinds())}")
+    for path in paths:
+        if not os.path.exists(path):
+            raise IngestError(f"no such file or folder: {path}")
+    session = Session(bundle, boot_time=boot_time)
+    planned: list[tuple[int, int, Item, str, ModuleType | None, str | None]] = []
+    results: list[FileResult] = []
+    with tempfile.TemporaryDirectory(prefix="gpuwb-ingest-") as tmp:
+        for path in paths:
+            try:
+                items = list(expand(path, Path(tmp)))
+            except IngestError as exc:
+                results.append(FileResult(path=path, kind="-", host=host, status="error", error=str(exc)))
+                continue
+            for item in items:
+                item_kind, module = _classify(item, kind, forced)
+                item_host = host or host_from_parts(item.rel_parts)
+                prio = getattr(module, "PRIORITY", 50) if module else 99
+                planned.append((prio, len(planned), item, item_kind, module, item_host))
+        planned.sort(key=lambda p: (p[0], p[1]))
+        for _, _, item, item_kind, module, item_host in planned:
+            try:
+                result = session.store_and_parse(item.open, name=item.name, kind=item_kind, module=module,
+                                                 host=item_host, source=item.name, mtime=item.mtime,
+                                                 info={"mtime": item.mtime})
+            except OSError as exc:
+                result = FileResult(path=item.name, kind=item_kind, host=item_host, status="error",
+                                    error=f"cannot read: {exc.strerror or exc}")
+            if item.cleanup:
+                item.cleanup()
+            results.append(result)
+            if progress:
+                progress(result)
+    if any(r.status == "new" for r in results) or bundle.last_seal() is None:
+        bundle.seal()
+    return results
+
+
+def _classify(item: Item, kind: str | None, forced: ModuleType | None) -> tuple[str, ModuleType | None]:
+    if kind is not None:
+        return kind, forced
+    with item.open() as stream:
+        head = stream.read(SNIFF_BYTES)
+    text = head.decode("utf-8", "replace")
+    found = registry.sniff(item.name, text)
+    if found is None:
+        return "unknown", None
+    return found
+
+
+def host_from_parts(parts: tuple[str, ...]) -> str | None:
+    """``node07/dmesg.txt`` belongs to node07; ``slurm/sacct.txt`` to no host in particular."""
+    for part in parts[:-1]:
+        if part.lower() not in SHARED_DIRS and not part.startswith("."):
+            return part
+    return None
+
+
+def _mtime(path: Path) -> datetime:
+    return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
+
+
+def expand(path: str, tmp: Path) -> Iterator[Item]:
+    """Every file under ``path``, archives unpacked into ``tmp`` with traversal and bomb checks."""
+    root = Path(path)
+    if root.is_dir():
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for fname in sorted(filenames):
+                full = Path(dirpath) / fname
+                if full.is_symlink() or not full.is_file():
+                    continue
+                rel = full.relative_to(root).parts
+                yield from _file_items(full, rel, tmp)
+    else:
+        yield from _file_items(root, (root.name,), tmp)
+
+
+def _file_items(full: Path, rel: tuple[str, ...], tmp: Path) -> Iterator[Item]:
+    name = full.name.lower()
+    if name.endswith((".tar.gz", ".tgz", ".tar")):
+        yield from _tar_items(full, rel[:-1], tmp)
+    elif name.endswith(".zip"):
+        yield from _zip_items(full, rel[:-1], tmp)
+    elif name.endswith(".gz"):
+        out = _spool(tmp, lambda: gzip.open(full, "rb"), full.stat().st_size, str(full))
+        if out is None:
+            yield _plain_item(full, rel)
+        else:
+            inner = rel[:-1] + (rel[-1][:-3],)
+            yield Item(str(full)[:-3], inner, lambda p=out: open(p, "rb"), _mtime(full),
+                       cleanup=lambda p=out: p.unlink(missing_ok=True))
+    else:
+        yield _plain_item(full, rel)
+
+
+def _plain_item(full: Path, rel: tuple[str, ...]) -> Item:
+    return Item(str(full), rel, lambda: open(full, "rb"), _mtime(full))
+
+
+def _spool(tmp: Path, opener: Callable[[], BinaryIO], compressed: int, label: str) -> Path | None:
+    """Decompress to a temp file, refusing bombs. None when the data is not actually compressed."""
+    fd, name = tempfile.mkstemp(dir=tmp)
+    out = Path(name)
+    total = 0
+    try:
+        with os.fdopen(fd, "wb") as dst, opener() as src:
+            while True:
+                block = src.read(1 << 20)
+                if not block:
+                    break
+                total += len(block)
+                _check_bomb(total, compressed, label)
+                dst.write(block)
+    except (OSError, EOFError, gzip.BadGzipFile, zipfile.BadZipFile, tarfile.TarError):
+        out.unlink(missing_ok=True)
+        return None
+    except IngestError:
+        out.unlink(missing_ok=True)
+        raise
+    return out
+
+
+def _check_bomb(total: int, compressed: int, label: str) -> None:
+    if total > MAX_ARCHIVE_BYTES or (total > (256 << 20) and total > MAX_RATIO * max(compressed, 1)):
+        raise IngestError(f"{label}: refusing to decompress more than {total >> 20} MiB "
+                          f"from {compressed} bytes (decompression bomb?)")
+
+
+def _safe_member(name: str, label: str) -> tuple[str, ...]:
+    pure = PurePosixPath(name)
+    if pure.is_absolute() or ".." in pure.parts or name.startswith(("/", "\\")) or ":" in pure.parts[0]:
+        raise IngestError(f"{label}: refusing archive member with unsafe path {name!r}")
+    return tuple(p for p in pure.parts if p not in ("", "."))
+
+
+def _strip_common_top(members: list[tuple[str, ...]]) -> int:
+    tops = {m[0] for m in members if len(m) > 1}
+    if len(tops) == 1 and all(len(m) > 1 for m in members):
+        return 1
+    return 0
+
+
+def _tar_items(full: Path, prefix: tuple[str, ...], tmp: Path) -> Iterator[Item]:
+    label = str(full)
+    try:
+        tar = tarfile.open(full, "r:*")
+    except (tarfile.TarError, OSError) as exc:
+        raise IngestError(f"{label}: not a readable tar archive ({exc})") from None
+    compressed = full.stat().st_size
+    total = 0
+    staged: list[tuple[tuple[str, ...], Path, datetime]] = []
+    with tar:
+        try:
+            for member in tar:
+                if not member.isfile():
+                    if member.issym() or member.islnk() or member.isdev():
+                        continue
+                    continue
+                parts = _safe_member(member.name, label)
+                total += member.size
+                _check_bomb(total, compressed, label)
+                src = tar.extractfile(member)
+                if src is None:
+                    continue
+                fd, name = tempfile.mkstemp(dir=tmp)
+                with os.fdopen(fd, "wb") as dst, src:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                staged.append((parts, Path(name), datetime.fromtimestamp(member.mtime, tz=timezone.utc)))
+        except tarfile.TarError as exc:
+            raise IngestError(f"{label}: broken tar archive ({exc})") from None
+    yield from _staged_items(staged, prefix, label, tmp)
+
+
+def _zip_items(full: Path, prefix: tuple[str, ...], tmp: Path) -> Iterator[Item]:
+    label = str(full)
+    try:
+        zf = zipfile.ZipFile(full)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise IngestError(f"{label}: not a readable zip archive ({exc})") from None
+    compressed = full.stat().st_size
+    staged: list[tuple[tuple[str, ...], Path, datetime]] = []
+    with zf:
+        declared = sum(i.file_size for i in zf.infolist())
+        _check_bomb(declared, compressed, label)
+        total = 0
+        for info in zf.infolist():
+            if info.is_dir():
+                continue
+            parts = _safe_member(info.filename, label)
+            fd, name = tempfile.mkstemp(dir=tmp)
+            with os.fdopen(fd, "wb") as dst, zf.open(info) as src:
+                while True:
+                    block = src.read(1 << 20)
+                    if not block:
+                        break
+                    total += len(block)
+                    _check_bomb(total, compressed, label)
+                    dst.write(block)
+            staged.append((parts, Path(name), datetime(*info.date_time, tzinfo=timezone.utc)))
+    yield from _staged_items(staged, prefix, label, tmp)
+
+
+def _staged_items(staged: list[tuple[tuple[str, ...], Path, datetime]], prefix: tuple[str, ...],
+                  label: str, tmp: Path) -> Iterator[Item]:
+    cut = _strip_common_top([s[0] for s in staged])
+    for parts, path, mtime in staged:
+        rel = prefix + parts[cut:]
+        name = f"{label}!{'/'.join(parts)}"
+        if parts[-1].lower().endswith(".gz") and not parts[-1].lower().endswith(".tar.gz"):
+            inner = _spool(tmp, lambda p=path: gzip.open(p, "rb"), path.stat().st_size, name)
+            if inner is not None:
+                path.unlink(missing_ok=True)
+                path, name, rel = inner, name[:-3], rel[:-1] + (rel[-1][:-3],)
+        yield Item(name, rel, lambda p=path: open(p, "rb"), mtime, cleanup=lambda p=path: p.unlink(missing_ok=True))
+
+
+def open_bytes(data: bytes) -> Callable[[], BinaryIO]:
+    return lambda: io.BytesIO(data)
