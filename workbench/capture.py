@@ -29,6 +29,7 @@ from typing import Any
 from collectors import registry
 from collectors.base import Artifact
 from workbench.bundle import Bundle
+from workbench.derive import run_derivations
 from workbench.ingest import FileResult, Session
 from workbench.redact import redact_bytes
 
@@ -231,6 +232,7 @@ def capture(output: str | os.PathLike[str], *, since: datetime | None = None,
                                       started_at=started_at, duration_s=outcome.duration_s,
                                       artifacts=len(outcome.results),
                                       detail={"missing": outcome.missing})
+            run_derivations(bundle)
             bundle.set_meta("complete", "true" if complete else "false")
             bundle.seal(complete=complete)
         os.replace(partial, output)

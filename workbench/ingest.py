@@ -26,6 +26,7 @@ from typing import Any, BinaryIO
 from collectors import registry
 from collectors.base import Event, HostFact, ParseContext, Skipped
 from workbench.bundle import Bundle
+from workbench.derive import run_derivations
 
 SNIFF_BYTES = 64 << 10
 MAX_ARCHIVE_BYTES = 32 << 30
@@ -192,6 +193,7 @@ def ingest_paths(bundle: Bundle, paths: list[str], *, kind: str | None = None, h
             if progress:
                 progress(result)
     if any(r.status == "new" for r in results) or bundle.last_seal() is None:
+        run_derivations(bundle)
         bundle.seal()
     return results
 
