@@ -30,8 +30,8 @@ PRIORITY = 0
 _UPTIME_S = re.compile(r"^\s*(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)\s*$")
 _PROC_UPTIME = re.compile(r"^\s*(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s*$")
 _BTIME = re.compile(r"^btime\s+(\d+)\s*$", re.MULTILINE)
-_DATE = re.compile(r"^\s*(?:[A-Z][a-z]{2}\s+)?([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d\d:\d\d:\d\d)\s+(?:([A-Z]{2,5}|[+-]\d{4})\s+)?"
-                   r"(\d{4})\s*$")
+_DATE = re.compile(r"^\s*(?:[A-Z][a-z]{2}\s+)?([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d\d:\d\d:\d\d)\s+"
+                   r"(?:([A-Z]{2,5}|[+-]\d{4})\s+)?(\d{4})\s*$")
 _ISO_DATE = re.compile(r"^\s*(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s*$")
 
 PACKAGES = ("torch", "vllm", "tensorrt_llm", "sglang", "nvidia-nccl-cu12", "nvidia-nccl-cu11", "deepspeed",

@@ -297,8 +297,10 @@ def _safe_member(name: str, label: str) -> tuple[str, ...]:
 
 
 def _strip_common_top(members: list[tuple[str, ...]]) -> int:
-    tops = {m[0] for m in members if len(m) > 1}
-    if len(tops) == 1 and all(len(m) > 1 for m in members):
+    """A single wrapper folder (``incident-42/node03/...``) is not a host: strip it, but only when
+    everything sits at least two folders down, so ``node04/dmesg.txt`` keeps its host folder."""
+    tops = {m[0] for m in members}
+    if len(tops) == 1 and all(len(m) > 2 for m in members):
         return 1
     return 0
 

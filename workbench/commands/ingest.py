@@ -33,7 +33,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(format_table(["file", "kind", "host", "lines", "events", "rows", "skipped", "status"],
                            [(r.path, r.kind, r.host, r.lines, r.events, r.rows, r.skipped,
-                             r.status + (f": {r.error}" if r.error else "")) for r in results], max_width=70))
+                             r.status) for r in results], max_width=70))
+    for r in results:
+        if r.error:
+            print(f"{r.path}: {r.error}")
     new = [r for r in results if r.status == "new"]
     print(f"{len(results)} files: {len(new)} new, {sum(r.status == 'duplicate' for r in results)} duplicate, "
           f"{sum(r.status == 'error' for r in results)} unreadable; {sum(r.events for r in new)} events, "
