@@ -197,8 +197,10 @@ class ParseContext:
     def __init__(self, *, host: str | None = None, boot_time: datetime | None = None,
                  reference_time: datetime | None = None, mtime: datetime | None = None,
                  source_name: str = "", boot_times: dict[str, datetime] | None = None,
-                 reference_times: dict[str, datetime] | None = None) -> None:
+                 reference_times: dict[str, datetime] | None = None,
+                 captured_at: datetime | None = None) -> None:
         self.host = host
+        self.captured_at = captured_at
         self.boot_time = boot_time
         self.reference_time = reference_time
         self.mtime = mtime

@@ -106,7 +106,8 @@ class Session:
             return result
         ctx = ParseContext(host=host, boot_time=self.boot_times.get(host or "", self.default_boot),
                            reference_time=self.reference_time, mtime=mtime, source_name=name,
-                           boot_times=self.boot_times, reference_times=self.reference_times)
+                           boot_times=self.boot_times, reference_times=self.reference_times,
+                           captured_at=captured_at)
         writer = self.bundle.writer(sha)
         source_name = module.NAME
         layer = getattr(module, "LAYER", None)
