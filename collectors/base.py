@@ -230,6 +230,15 @@ class ParseContext:
             return self.reference_times[host]
         return self.reference_time or next(iter(self.reference_times.values()), None) or self.mtime
 
+    def snapshot_time(self) -> tuple[datetime | None, str]:
+        """When a point-in-time output without its own clock (ibstat, lspci, df) was taken, and how
+        that is known: the live capture's time, else the handed-over file's mtime, else unknown."""
+        if self.captured_at is not None:
+            return to_utc(self.captured_at), "captured"
+        if self.mtime is not None:
+            return to_utc(self.mtime), "mtime"
+        return None, "none"
+
     def lines(self, stream: BinaryIO) -> Iterator[tuple[int, str]]:
         """Numbered, decoded lines; invalid UTF-8 is replaced, giant lines are cut."""
         for n, raw in enumerate(iter_lines(stream), start=1):
