@@ -76,16 +76,14 @@ class Session:
                  reference_time: datetime | None = None) -> None:
         self.bundle = bundle
         self.boot_times: dict[str, datetime] = {}
+        self.uptimes: dict[str, float] = {}
         self.reference_times: dict[str, datetime] = {}
         self.default_boot = boot_time
         self.reference_time = reference_time
-        self.uptimes: dict[str, float] = {}
         for host, key, value in bundle.con.execute(
-                "SELECT host, key, value FROM host_inventory WHERE key IN ('boot_time', 'date')").fetchall():
-            with contextlib.suppress(ValueError):
-                when = datetime.fromisoformat(value)
-                target = self.boot_times if key == "boot_time" else self.reference_times
-                target.setdefault(host or "", when if when.tzinfo else when.replace(tzinfo=timezone.utc))
+                "SELECT host, key, value FROM host_inventory WHERE key IN ('boot_time', 'date', 'uptime_s')"
+        ).fetchall():
+            self._learn(HostFact(key, value, host=host))
 
     def store_and_parse(self, stream_factory: Callable[[], BinaryIO], *, name: str, kind: str,
                         module: ModuleType | None, host: str | None, source: str,
