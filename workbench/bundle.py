@@ -255,10 +255,12 @@ class Bundle:
         return [dict(zip(cols, row)) for row in cur.fetchall()]
 
     # -- responder journal (append-only) ---------------------------------------------------
-    def append_journal(self, *, author: str, kind: str, target: str, body: dict[str, Any]) -> int:
+    def append_journal(self, *, author: str, kind: str, target: str, body: dict[str, Any],
+                       at: datetime | None = None) -> int:
+        """``at`` (default now) lets imports and tests record when the work was really done."""
         jid = self.con.execute("SELECT coalesce(max(id), 0) + 1 FROM journal").fetchall()[0][0]
         self.con.execute("INSERT INTO journal VALUES (?, ?, ?, ?, ?, ?)",
-                         [jid, now_utc(), author, kind, target, json.dumps(body, default=str)])
+                         [jid, utc_naive(at) or now_utc(), author, kind, target, json.dumps(body, default=str)])
         return jid
 
     # -- sealing and verification ----------------------------------------------------------
