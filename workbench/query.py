@@ -117,3 +117,84 @@ def summary(bundle: Bundle) -> dict[str, Any]:
                      for t in ("event", "gpu_sample", "gpu_inventory", "topology", "series", "host_inventory")}
     out["seal"] = bundle.last_seal()
     return out
+
+
+# -- aggregates for summaries (the postmortem, the TUI's overview): bounded rows, never the whole table --
+
+KEY_KINDS = ("job_state", "node_state", "change", "k8s_event", "checkpoint_last_good")
+"""Kinds that belong on an incident's timeline whatever their severity (a job starting, a node drained,
+a deploy, a checkpoint): with warnings and worse and derived events they make up the key events."""
+
+SEVERITY_RANK = {"debug": 0, "info": 1, "warning": 2, "error": 3, "critical": 4}
+_SEV_SQL = ("CASE severity WHEN 'critical' THEN 4 WHEN 'error' THEN 3 WHEN 'warning' THEN 2 "
+            "WHEN 'info' THEN 1 ELSE 0 END")
+
+
+def _key_where(since: datetime | None, until: datetime | None, kinds: tuple[str, ...]) -> tuple[str, list[Any]]:
+    clauses = ["ts IS NOT NULL",
+               f"(severity IN ('warning', 'error', 'critical') OR ts_origin = 'derived' "
+               f"OR kind IN ({', '.join('?' for _ in kinds)}))"]
+    params: list[Any] = list(kinds)
+    if since is not None:
+        clauses.append("ts >= ?")
+        params.append(utc_naive(since))
+    if until is not None:
+        clauses.append("ts <= ?")
+        params.append(utc_naive(until))
+    return " WHERE " + " AND ".join(clauses), params
+
+
+def key_events(bundle: Bundle, *, since: datetime | None = None, until: datetime | None = None,
+               per_group: int = 3, kinds: tuple[str, ...] = KEY_KINDS) -> list[dict[str, Any]]:
+    """The first ``per_group`` key events of each layer and kind, oldest first, each with ``group_count``
+    (events of its layer/kind in the range) and ``group_hosts``: a timeline summary of any size."""
+    where, params = _key_where(since, until, kinds)
+    cols = ", ".join(EVENT_COLUMNS)
+    sql = (f"WITH k AS (SELECT {cols}, "
+           f"row_number() OVER (PARTITION BY layer, kind ORDER BY {ORDER}) AS rn, "
+           f"count(*) OVER (PARTITION BY layer, kind) AS group_count, "
+           f"count(DISTINCT host) OVER (PARTITION BY layer, kind) AS group_hosts FROM event{where}) "
+           f"SELECT {cols}, group_count, group_hosts FROM k WHERE rn <= ? ORDER BY {ORDER}")
+    out = []
+    for values in bundle.con.execute(sql, params + [per_group]).fetchall():
+        row = _row(values[: len(EVENT_COLUMNS)])
+        row["group_count"], row["group_hosts"] = values[len(EVENT_COLUMNS):]
+        out.append(row)
+    return out
+
+
+def event_density(bundle: Bundle, *, since: datetime, until: datetime, bucket_s: float, max_lanes: int = 16,
+                  kinds: tuple[str, ...] = KEY_KINDS) -> list[tuple[str, str, int, int, str]]:
+    """Key events counted per (host, layer, time bucket) with the worst severity in each bucket, for the
+    busiest ``max_lanes`` host/layer lanes (worst severity first). Rows: (host, layer, bucket index,
+    count, severity); bucket i starts at ``since + i * bucket_s``."""
+    where, params = _key_where(since, until, kinds)
+    lanes = bundle.con.execute(
+        f"SELECT coalesce(host, '-') AS h, coalesce(layer, '-') AS l FROM event{where} GROUP BY ALL "
+        f"ORDER BY max({_SEV_SQL}) DESC, count(*) DESC, h, l LIMIT ?", params + [max_lanes]).fetchall()
+    if not lanes:
+        return []
+    lane_clause = " OR ".join("(coalesce(host, '-') = ? AND coalesce(layer, '-') = ?)" for _ in lanes)
+    lane_params = [v for lane in lanes for v in lane]
+    rows = bundle.con.execute(
+        f"SELECT coalesce(host, '-'), coalesce(layer, '-'), "
+        f"CAST(floor((epoch_us(ts) - epoch_us(CAST(? AS TIMESTAMP))) / ?) AS BIGINT) AS b, count(*), "
+        f"max({_SEV_SQL}) FROM event{where} AND ({lane_clause}) GROUP BY ALL ORDER BY 1, 2, 3",
+        [utc_naive(since), bucket_s * 1_000_000] + params + lane_params).fetchall()
+    names = {v: k for k, v in SEVERITY_RANK.items()}
+    return [(h, layer, int(b), int(n), names.get(s, "info")) for h, layer, b, n, s in rows]
+
+
+def events_at(bundle: Bundle, refs: list[tuple[str, int]]) -> dict[tuple[str, int], dict[str, Any]]:
+    """The events recorded at given (artifact sha256, line) positions: what an evidence quote points to."""
+    refs = [(a, int(n)) for a, n in refs if a and n is not None]
+    if not refs:
+        return {}
+    clause = " OR ".join("(artifact = ? AND line = ?)" for _ in refs)
+    rows = bundle.con.execute(f"SELECT {', '.join(EVENT_COLUMNS)} FROM event WHERE {clause} ORDER BY {ORDER}",
+                              [v for ref in refs for v in ref]).fetchall()
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for values in rows:
+        row = _row(values)
+        out.setdefault((row["artifact"], row["line"]), row)
+    return out

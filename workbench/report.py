@@ -1,0 +1,797 @@
+"""The postmortem: one model built from the bundle, the analysis and the journal, three renderings.
+
+:func:`build` gathers what a team circulates after an incident — header, summary, impact,
+timeline with time-to-detect/mitigate/recover, the cause → intermediate → symptom chain with
+quoted evidence, layered findings with who confirmed or overrode them, action items, and the
+evidence appendix with the root digest and a fresh verification. :func:`render` turns that
+model into Markdown, self-contained HTML or JSON with the templates shipped in
+``workbench/templates``.
+
+Two rules shape it. Evidence is data: templates receive it as values and never evaluate it,
+HTML is autoescaped, and the Markdown environment refuses any value that did not pass through
+one of its escaping filters. And a bundle may hold millions of events: the timeline comes from
+per-kind SQL aggregates (:func:`workbench.query.key_events`), never from loading the table.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, is_dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from workbench import __version__, journal, query
+from workbench.bundle import Bundle, utc_naive
+from workbench.svg import Lane, Mark, line_chart, swimlane
+
+FORMATS = ("md", "html", "json")
+LAYERS = ("business", "scheduling", "gpu", "network_storage", "hardware")
+LAYER_TITLES = {"business": "Business", "scheduling": "Scheduling", "gpu": "GPU & driver",
+                "network_storage": "Network & storage", "hardware": "Hardware"}
+SYMPTOM_KINDS = ("nccl_timeout", "job_failed", "latency_spike", "error_rate_spike", "throughput_drop",
+                 "queue_backlog", "straggler_rank")
+FAILED_JOB_STATES = ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "PREEMPTED", "BOOT_FAIL",
+                     "DEADLINE")
+ACTION_PRIORITY = {"monitoring": "P1", "isolation": "P1", "change_control": "P2", "drills": "P3"}
+ACTION_CATEGORY = {"monitoring": "Monitoring", "change_control": "Change control", "isolation": "Isolation",
+                   "drills": "Drills"}
+QUOTE_MAX_ARTIFACT = 64 << 20
+"""Quote the raw line from artifacts up to this size; larger ones quote the parsed text instead
+(finding line N means reading the artifact up to it)."""
+KEY_PER_KIND = 3
+MAX_LANES = 16
+
+
+# -- building the model ----------------------------------------------------------------------------
+
+def build(bundle: Bundle, *, analysis: dict[str, Any] | None = None, causes: dict[str, Any] | None = None,
+          generated_at: datetime | None = None, verify: bool = True) -> dict[str, Any]:
+    """Everything the postmortem says, as plain data. ``analysis`` and ``causes`` default to the
+    engine's and the catalog's; tests inject fixed ones, and ``generated_at`` for stable output."""
+    analysis_error = None
+    if analysis is None:
+        analysis, analysis_error = _run_analysis(bundle)
+    if causes is None:
+        causes = _load_causes()
+    state = journal.state(bundle)
+    meta = bundle.meta()
+    hyps = list(analysis.get("hypotheses") or [])
+    start, end = _window(bundle, analysis)
+    first = analysis.get("first_anomaly") or None
+    first_ts = _ts(first.get("ts")) if first else None
+    times = _times(bundle, state, first_ts or start, end,
+                   " ".join(str(first.get(k)) for k in ("kind", "host") if first.get(k)) if first else "")
+    root = _root_cause(bundle, state, hyps, causes, end)
+    impact = _impact(bundle, analysis, hyps, times, start, end)
+    model: dict[str, Any] = {
+        "tool": f"gpuwb {__version__}",
+        "generated_at": utc_naive(generated_at) or datetime.now(timezone.utc).replace(tzinfo=None, microsecond=0),
+        "header": _header(meta, state, analysis, root, times, start, end),
+        "analysis_error": analysis_error,
+        "first_anomaly": {**first, "ts": first_ts} if first else None,
+        "times": times,
+        "impact": impact,
+        "root_cause": root,
+        "layers": _layers(analysis, state),
+        "contributing": _contributing(hyps, root, causes, state),
+        "retro": {k: [_entry(e) for e in state.retro.get(k, [])] for k in ("well", "wrong", "lucky")},
+        "actions": _actions(root, causes, state),
+        "timeline": _timeline(bundle, state, times, start, end),
+        "evidence": _evidence(bundle, verify),
+    }
+    model["summary"] = _summary(state, root, impact, model["header"])
+    model["charts"] = _charts(bundle, times, start, end)
+    return model
+
+
+def _run_analysis(bundle: Bundle) -> tuple[dict[str, Any], str | None]:
+    # Imported here: the engine pulls in playbooks and SQL checks that `gpuwb report -f json` of a
+    # bundle without analysis does not need, and a broken engine must not stop the postmortem.
+    try:
+        from workbench.analysis import analyze
+
+        return analyze(bundle), None
+    except Exception as exc:  # the report still carries the evidence, and says why analysis is missing
+        return {}, f"{type(exc).__name__}: {exc}"
+
+
+def _load_causes() -> dict[str, Any]:
+    try:
+        from workbench.causes import load_causes
+    except ImportError:
+        return {}
+    return dict(load_causes())
+
+
+def _cause(causes: dict[str, Any], cid: str | None) -> dict[str, Any]:
+    """A catalog entry as a dict, whether the catalog hands out dicts or typed objects."""
+    entry = causes.get(cid or "") if cid else None
+    if entry is None:
+        return {}
+    if is_dataclass(entry):
+        return asdict(entry)
+    if isinstance(entry, dict):
+        return entry
+    return {k: getattr(entry, k) for k in ("title", "layer", "description", "symptoms", "remediation",
+                                           "action_items") if hasattr(entry, k)}
+
+
+def _cause_title(causes: dict[str, Any], cid: str | None) -> str:
+    return _cause(causes, cid).get("title") or (cid or "unknown").replace("_", " ")
+
+
+def _ts(value: Any) -> datetime | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return utc_naive(value)
+    try:
+        return utc_naive(datetime.fromisoformat(str(value).replace("Z", "+00:00")))
+    except ValueError:
+        return None
+
+
+def _window(bundle: Bundle, analysis: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
+    window = analysis.get("window") or {}
+    start, end = _ts(window.get("start")), _ts(window.get("end"))
+    if start is None or end is None:
+        lo, hi = bundle.con.execute("SELECT min(ts), max(ts) FROM event").fetchall()[0]
+        start, end = start or lo, end or hi
+    return start, end
+
+
+def _entry(e: journal.Entry) -> dict[str, Any]:
+    return {"id": e.id, "at": e.at, "author": e.author, "text": e.body.get("text", "")}
+
+
+def _header(meta: dict[str, str], state: journal.JournalState, analysis: dict[str, Any],
+            root: dict[str, Any] | None, times: dict[str, Any], start: datetime | None,
+            end: datetime | None) -> dict[str, Any]:
+    fields = {k: e.body.get("value") for k, e in state.fields.items()}
+    title = fields.get("title") or meta.get("title")
+    if not title and root:
+        title = root["title"] + (f" on {root['host']}" if root.get("host") else "")
+    recovery = times["recovery"]["ts"] if times.get("recovery") else None
+    return {"title": title or "GPU incident", "incident_id": meta.get("incident_id", ""),
+            "severity": fields.get("severity") or "not set", "status": fields.get("status") or "draft",
+            "workload": analysis.get("workload") or "unknown",
+            "start": times["start"]["ts"] if times["start"] else start,
+            "end": recovery or end, "created_at": meta.get("created_at"), "responders": list(state.responders)}
+
+
+def _times(bundle: Bundle, state: journal.JournalState, start: datetime | None, end: datetime | None,
+           what: str) -> dict[str, Any]:
+    """Start (first anomaly), detection, mitigation, recovery and the durations between them.
+    Responder-entered times win; otherwise detection and mitigation are inferred from the evidence
+    (first symptom, first drain/scale-out) and marked approximate."""
+    first = {"ts": start, "approx": False, "by": what.replace(" ", " on ", 1) if what else "start of the evidence"}
+    out: dict[str, Any] = {"start": first if start else None}
+    for which in journal.TIME_KINDS:
+        entry = state.times.get(which)
+        if entry:
+            out[which] = {"ts": journal.parse_ts(entry.body.get("ts")), "approx": False, "by": entry.author}
+        else:
+            out[which] = _inferred_time(bundle, which, start, end)
+    for name, which in (("ttd", "detection"), ("ttm", "mitigation"), ("ttr", "recovery")):
+        mark = out.get(which)
+        out[name] = (mark["ts"] - start) if (mark and start and mark["ts"] and mark["ts"] >= start) else None
+    return out
+
+
+def _inferred_time(bundle: Bundle, which: str, start: datetime | None, end: datetime | None) -> dict[str, Any] | None:
+    if which == "recovery" or start is None:
+        return None
+    flt = query.EventFilter(since=start, until=end)
+    if which == "detection":
+        kinds = ("nccl_timeout", "latency_spike", "error_rate_spike", "queue_backlog", "job_state", "straggler_rank")
+        rows = query.events(bundle, query.EventFilter(kinds=kinds, since=flt.since, until=flt.until,
+                                                      severities=("warning", "error", "critical")), limit=1)
+        label = "inferred: first symptom"
+    else:
+        rows = [r for r in query.events(bundle, query.EventFilter(kinds=("node_state", "k8s_event"), since=flt.since,
+                                                                  until=flt.until), limit=200)
+                if _is_mitigation(r)][:1]
+        label = "inferred: first drain/scale-out"
+    if not rows:
+        return None
+    return {"ts": rows[0]["ts"], "approx": True, "by": f"{label} ({rows[0]['kind']})"}
+
+
+def _is_mitigation(row: dict[str, Any]) -> bool:
+    attrs = row["attrs"] or {}
+    if row["kind"] == "node_state":
+        return any(word in str(attrs.get("state", "")).upper() for word in ("DRAIN", "DOWN", "FAIL"))
+    return str(attrs.get("reason", "")) in ("SuccessfulRescale", "ScalingReplicaSet", "SuccessfulCreate")
+
+
+# -- root cause and its chain ----------------------------------------------------------------------
+
+def _root_cause(bundle: Bundle, state: journal.JournalState, hyps: list[dict[str, Any]],
+                causes: dict[str, Any], end: datetime | None) -> dict[str, Any] | None:
+    """The responders' marked root cause if any (with the engine's matching hypothesis for its
+    evidence), else the engine's first hypothesis."""
+    marked = state.root_cause
+    hyp = hyps[0] if hyps else None
+    if marked:
+        cid = marked.body.get("cause")
+        hyp = next((h for h in hyps if h.get("cause") == cid), None)
+    if hyp is None and marked is None:
+        return None
+    cid = marked.body.get("cause") if marked else hyp.get("cause")
+    info = _cause(causes, cid)
+    hyp = hyp or {}
+    return {
+        "cause": cid, "title": _cause_title(causes, cid), "layer": info.get("layer") or hyp.get("layer"),
+        "host": (marked.body.get("host") if marked else None) or hyp.get("host"),
+        "gpu": (marked.body.get("gpu") if marked else None) or hyp.get("gpu"),
+        "ranks": list(hyp.get("ranks") or []), "score": hyp.get("score"), "first_seen": _ts(hyp.get("first_seen")),
+        "summary": hyp.get("summary") or "", "description": " ".join(str(info.get("description") or "").split()),
+        "marked_by": marked.author if marked else None, "marked_note": marked.body.get("text") if marked else None,
+        "remediation": list(info.get("remediation") or []),
+        "chain": _chain(bundle, hyp, info, end) if hyp else [],
+    }
+
+
+def _chain(bundle: Bundle, hyp: dict[str, Any], info: dict[str, Any], end: datetime | None) -> list[dict[str, Any]]:
+    """cause → intermediate → symptom, each link with its quoted evidence lines."""
+    evidence = list(hyp.get("evidence") or [])
+    found = query.events_at(bundle, [(e.get("artifact"), e.get("line")) for e in evidence])
+    artifacts = {a["sha256"]: a for a in bundle.artifacts()}
+    links: dict[str, list[dict[str, Any]]] = {"cause": [], "intermediate": [], "symptom": []}
+    symptoms = [str(s) for s in hyp.get("symptoms") or []]
+    seen_kinds: set[str] = set()
+    for ev in evidence:
+        row = found.get((ev.get("artifact"), ev.get("line")))
+        kind = row["kind"] if row else None
+        layer = row["layer"] if row else hyp.get("layer")
+        symptom_kind = _symptom_of(row) if row else None
+        role = ("symptom" if symptom_kind else "cause" if layer == hyp.get("layer") or row is None
+                else "intermediate")
+        seen_kinds.add(symptom_kind or kind or "")
+        links[role].append(_quote(bundle, ev, row, artifacts))
+    for name in symptoms:
+        if name in seen_kinds:
+            continue
+        links["symptom"].extend(_symptom_examples(bundle, name, _ts(hyp.get("first_seen")), end, artifacts))
+    for role in links:
+        links[role].sort(key=_quote_key)
+    for item in links["cause"][:1]:
+        item["trigger"] = True
+    order = [("cause", hyp.get("cause") or "cause"), ("intermediate", "intermediate effects"),
+             ("symptom", ", ".join(symptoms) or "symptoms")]
+    return [{"role": role, "label": label, "quotes": links[role]} for role, label in order if links[role]]
+
+
+def _quote_key(item: dict[str, Any]) -> tuple[Any, ...]:
+    return (item["ts"] is None, item["ts"] or datetime.min, item["artifact"] or "", item["line"] or 0)
+
+
+def _symptom_of(row: dict[str, Any]) -> str | None:
+    if row["kind"] in SYMPTOM_KINDS:
+        return row["kind"]
+    if row["kind"] == "job_state" and str((row["attrs"] or {}).get("state", "")).upper() in FAILED_JOB_STATES:
+        return "job_failed"
+    return None
+
+
+def _symptom_examples(bundle: Bundle, name: str, since: datetime | None, until: datetime | None,
+                      artifacts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first events showing a symptom the engine listed without quoting it, with how many there are."""
+    kind = "job_state" if name == "job_failed" else name
+    flt = query.EventFilter(kinds=(kind,), since=since, until=until)
+    rows = query.events(bundle, flt, limit=200 if kind == "job_state" else KEY_PER_KIND)
+    if kind == "job_state":
+        rows = [r for r in rows if _symptom_of(r)]
+    total = len(rows) if kind == "job_state" else query.count_events(bundle, flt)
+    out = []
+    for row in rows[:KEY_PER_KIND]:
+        ev = {"source": row["source"], "ts": row["ts"], "host": row["host"], "text": row["message"],
+              "artifact": row["artifact"], "line": row["line"]}
+        item = _quote(bundle, ev, row, artifacts)
+        item["of_total"] = total
+        out.append(item)
+    return out
+
+
+def _quote(bundle: Bundle, ev: dict[str, Any], row: dict[str, Any] | None,
+           artifacts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One evidence line: the raw text as stored (the truth), else the parsed text, with its reference."""
+    sha, line = ev.get("artifact"), ev.get("line")
+    art = artifacts.get(sha or "")
+    text = str(ev.get("text") or (row["message"] if row else ""))
+    if art and line and art["size"] <= QUOTE_MAX_ARTIFACT:
+        raw = bundle.artifact_lines(sha, int(line), 1)
+        if raw:
+            text = raw[0]
+    return {"ts": _ts(ev.get("ts")) or (row["ts"] if row else None), "approx": bool(row and row["ts_approx"]),
+            "host": ev.get("host") or (row["host"] if row else None), "kind": row["kind"] if row else None,
+            "text": text, "artifact": sha, "artifact_name": art["source"] if art else None, "line": line,
+            "trigger": False, "of_total": None}
+
+
+# -- impact ----------------------------------------------------------------------------------------
+
+def _impact(bundle: Bundle, analysis: dict[str, Any], hyps: list[dict[str, Any]], times: dict[str, Any],
+            start: datetime | None, end: datetime | None) -> dict[str, Any]:
+    con = bundle.con
+    params = [start, end]
+    window = "ts IS NOT NULL AND ts >= ? AND ts <= ?"
+    bad = f"{window} AND severity IN ('error', 'critical')"
+    hosts = sorted({r[0] for r in con.execute(f"SELECT DISTINCT host FROM event WHERE {bad} AND host IS NOT NULL",
+                                              params).fetchall()} | {h["host"] for h in hyps[:1] if h.get("host")})
+    gpus = {(h, g) for h, g in con.execute(
+        f"SELECT DISTINCT host, gpu FROM event WHERE {bad} AND gpu IS NOT NULL", params).fetchall()}
+    gpus |= {(h.get("host"), h["gpu"]) for h in hyps[:1] if h.get("gpu")}
+    ranks = {r[0] for r in con.execute(f"SELECT DISTINCT rank FROM event WHERE {bad} AND rank IS NOT NULL",
+                                       params).fetchall()}
+    ranks |= {int(r) for h in hyps[:1] for r in h.get("ranks") or []}
+    jobs = _jobs(bundle, start, end)
+    recovery = times.get("recovery")
+    stop = recovery["ts"] if recovery else end
+    start = times["start"]["ts"] if times.get("start") else start
+    out: dict[str, Any] = {
+        "start": start, "end": stop, "duration": (stop - start) if start and stop else None,
+        "duration_approx": not recovery, "hosts": hosts,
+        "gpus": [{"host": h, "gpu": g} for h, g in sorted(gpus, key=lambda x: (x[0] or "", x[1] or ""))],
+        "ranks": _ranges(sorted(ranks)), "rank_count": len(ranks), "jobs": jobs,
+        "services": _services(bundle, start, end), "training": None, "inference": None,
+    }
+    workload = analysis.get("workload") or ""
+    if workload in ("training", "mixed") or (not workload and jobs):
+        out["training"] = _training_loss(bundle, jobs, times, start, end)
+    if workload in ("inference", "mixed") or (not workload and out["services"]):
+        out["inference"] = _inference_impact(bundle, start, end)
+    return out
+
+
+def _ranges(values: list[int]) -> str:
+    """0,1,2,3,7 -> '0-3, 7'."""
+    parts: list[str] = []
+    run: list[int] = []
+    for v in values:
+        if run and v == run[-1] + 1:
+            run.append(v)
+            continue
+        if run:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [v]
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(parts)
+
+
+def _jobs(bundle: Bundle, start: datetime | None, end: datetime | None) -> list[dict[str, Any]]:
+    """Scheduler jobs seen in the window with their last state and first/last time."""
+    rows = bundle.con.execute(
+        "SELECT coalesce(job, json_extract_string(attrs, '$.job')) AS j, "
+        "arg_max(upper(json_extract_string(attrs, '$.state')), ts), min(ts), max(ts), "
+        "min(CASE WHEN upper(json_extract_string(attrs, '$.state')) = 'RUNNING' THEN ts END), "
+        "max(json_extract_string(attrs, '$.start')), max(json_extract_string(attrs, '$.name')) "
+        "FROM event WHERE kind = 'job_state' AND ts IS NOT NULL AND ts >= ? AND ts <= ? "
+        "AND coalesce(job, json_extract_string(attrs, '$.job')) IS NOT NULL "
+        "GROUP BY j ORDER BY min(ts), j LIMIT 50", [start, end]).fetchall()
+    return [{"job": j, "state": state, "first": first, "last": last, "started": _ts(started) or running,
+             "name": name, "failed": (state or "") in FAILED_JOB_STATES}
+            for j, state, first, last, running, started, name in rows]
+
+
+def _services(bundle: Bundle, start: datetime | None, end: datetime | None) -> list[str]:
+    """Serving identities (model names, pods) with warnings in the window: from series labels and k8s events."""
+    models = [r[0] for r in bundle.con.execute(
+        "SELECT DISTINCT coalesce(json_extract_string(labels, '$.model_name'), json_extract_string(labels, '$.model')) "
+        "AS m FROM series WHERE m IS NOT NULL ORDER BY m LIMIT 20").fetchall()]
+    pods = [r[0] for r in bundle.con.execute(
+        "SELECT DISTINCT json_extract_string(attrs, '$.object') AS o FROM event WHERE kind = 'k8s_event' "
+        "AND severity IN ('warning', 'error', 'critical') AND ts >= ? AND ts <= ? AND o IS NOT NULL "
+        "ORDER BY o LIMIT 20", [start, end]).fetchall()]
+    return models + pods
+
+
+def _training_loss(bundle: Bundle, jobs: list[dict[str, Any]], times: dict[str, Any], start: datetime | None,
+                   end: datetime | None) -> dict[str, Any] | None:
+    """GPU-hours lost: GPUs of the failed job x time from the last good checkpoint (else job start)
+    to the failure. The work since the checkpoint has to be redone."""
+    failed = next((j for j in jobs if j["failed"]), jobs[0] if jobs else None)
+    failure = failed["last"] if failed and failed["failed"] else (times["start"]["ts"] if times["start"] else start)
+    if failure is None:
+        return None
+    gpus = _job_gpus(bundle, failed["job"] if failed else None)
+    rows = bundle.con.execute("SELECT max(ts) FROM event WHERE kind = 'checkpoint_last_good' AND ts <= ?",
+                              [failure]).fetchall()
+    since, basis = rows[0][0], "last good checkpoint"
+    if since is None and failed and failed["started"]:
+        since, basis = failed["started"], "job start"
+    if since is None:
+        since, basis = start, "start of the evidence window"
+    if since is None or gpus == 0:
+        return None
+    lost = (failure - since).total_seconds() / 3600 * gpus
+    return {"gpus": gpus, "since": since, "basis": basis, "until": failure, "gpu_hours": round(lost, 1),
+            "job": failed["job"] if failed else None}
+
+
+def _job_gpus(bundle: Bundle, job: str | None) -> int:
+    """GPUs the job held: NCCL ranks from the topology, else the scheduler's GPU count, else GPUs on record."""
+    con = bundle.con
+    ranks = con.execute("SELECT greatest(count(DISTINCT rank), coalesce(max(nranks), 0)) FROM topology "
+                        "WHERE rank IS NOT NULL AND (? IS NULL OR job IS NULL OR job = ?)", [job, job]).fetchall()[0][0]
+    if ranks:
+        return int(ranks)
+    alloc = con.execute("SELECT max(TRY_CAST(json_extract_string(attrs, '$.gpus') AS INTEGER)) FROM event "
+                        "WHERE kind = 'job_state' AND (? IS NULL OR job = ?)", [job, job]).fetchall()[0][0]
+    if alloc:
+        return int(alloc)
+    return int(con.execute("SELECT count(DISTINCT (host, gpu)) FROM gpu_inventory").fetchall()[0][0])
+
+
+def _inference_impact(bundle: Bundle, start: datetime | None, end: datetime | None) -> dict[str, Any] | None:
+    """SLO breach window, peak p99 and error count from the serving metrics."""
+    curve = _latency_curve(bundle)
+    errors = _error_count(bundle, start, end)
+    oom = bundle.con.execute("SELECT count(*) FROM event WHERE kind = 'k8s_event' AND "
+                             "json_extract_string(attrs, '$.reason') = 'OOMKilled' AND ts >= ? AND ts <= ?",
+                             [start, end]).fetchall()[0][0]
+    if curve is None and errors is None and not oom:
+        return None
+    out: dict[str, Any] = {"errors": errors, "oom_kills": oom, "peak_p99_ms": None, "peak_at": None,
+                           "metric": None, "slo_ms": None, "slo_basis": None, "breach_start": None,
+                           "breach_end": None, "breach": None}
+    if curve:
+        points, label, threshold, basis = curve["points"], curve["label"], curve["threshold"], curve["basis"]
+        peak_at, peak = max(points, key=lambda p: (p[1], p[0]))
+        over = [ts for ts, v in points if v > threshold]
+        out.update(peak_p99_ms=round(peak, 1), peak_at=peak_at, metric=label, slo_ms=round(threshold, 1),
+                   slo_basis=basis, breach_start=over[0] if over else None, breach_end=over[-1] if over else None,
+                   breach=(over[-1] - over[0]) if over else None)
+    return out
+
+
+def _latency_curve(bundle: Bundle) -> dict[str, Any] | None:
+    """The p99 latency curve a responder looks at first (end-to-end, else TTFT), in ms, worst server
+    per point, with the SLO: the bundle's ``slo_p99_ms`` if set, else twice the early baseline."""
+    try:
+        from workbench.series import signals
+    except ImportError:
+        return None
+    curves = [s for s in signals(bundle.con, ["e2e_latency", "ttft"]) if s.stat == "p99" and s.points]
+    if not curves:
+        return None
+    metric = "e2e_latency" if any(s.metric == "e2e_latency" for s in curves) else "ttft"
+    merged: dict[datetime, float] = {}
+    for s in curves:
+        if s.metric == metric:
+            for ts, v in s.points:
+                merged[ts] = max(merged.get(ts, 0.0), v * 1000)
+    points = sorted(merged.items())
+    slo = bundle.meta().get("slo_p99_ms")
+    if slo:
+        threshold, basis = float(slo), "bundle SLO"
+    else:
+        head = sorted(v for _, v in points[: max(len(points) // 4, 1)])
+        threshold, basis = 2 * head[len(head) // 2], "2x the early baseline median"
+    label = {"e2e_latency": "p99 end-to-end latency", "ttft": "p99 time to first token"}[metric]
+    return {"points": points, "label": label, "threshold": threshold, "basis": basis}
+
+
+def _error_count(bundle: Bundle, start: datetime | None, end: datetime | None) -> int | None:
+    """Failed requests in the window: increases of failure counters, counter resets handled."""
+    try:
+        from workbench.series import counter_deltas, load_rows
+    except ImportError:
+        return None
+    groups: dict[tuple[str | None, str], list[tuple[datetime, float]]] = {}
+    for ts, host, name, labels, value in load_rows(bundle.con, ["request_failure"]):
+        groups.setdefault((host, name + json.dumps(labels, sort_keys=True)), []).append((ts, value))
+    if not groups:
+        return None
+    total = 0.0
+    for points in groups.values():
+        total += sum(inc for ts, inc, _ in counter_deltas(points)
+                     if (start is None or ts >= start) and (end is None or ts <= end))
+    return int(round(total))
+
+
+# -- layers, factors, actions ---------------------------------------------------------------------
+
+def _layers(analysis: dict[str, Any], state: journal.JournalState) -> list[dict[str, Any]]:
+    """Business → hardware: the engine's verdict, and the responder's confirmation or override."""
+    layers = analysis.get("layers") or {}
+    out = []
+    for layer in LAYERS:
+        info = layers.get(layer) or {}
+        engine = info.get("verdict") or "no_evidence"
+        entry = state.verdicts.get(layer)
+        final, decided, reason = engine, "engine", ""
+        if entry:
+            final, reason = entry.body.get("verdict", engine), entry.body.get("reason", "")
+            decided = ("confirmed by " if final == engine else "overridden by ") + entry.author
+        findings = [f for f in info.get("findings") or [] if (f.get("rows") or 0) > 0]
+        out.append({"layer": layer, "title": LAYER_TITLES[layer], "verdict": final, "engine_verdict": engine,
+                    "decided": decided, "overridden": bool(entry) and final != engine, "reason": reason,
+                    "findings": findings,
+                    "history": [{"author": e.author, "at": e.at, "verdict": e.body.get("verdict")}
+                                for e in state.verdict_history.get(layer, [])]})
+    return out
+
+
+def _contributing(hyps: list[dict[str, Any]], root: dict[str, Any] | None, causes: dict[str, Any],
+                  state: journal.JournalState) -> list[dict[str, Any]]:
+    """Other hypotheses the engine found (not the root cause) and the responders' own factors."""
+    out = []
+    for h in hyps:
+        if root and h.get("cause") == root["cause"] and h.get("host") == root.get("host"):
+            continue
+        where = ", ".join(x for x in (h.get("host"), h.get("gpu")) if x)
+        out.append({"text": f"{_cause_title(causes, h.get('cause'))}" + (f" ({where})" if where else "") +
+                    (f": {h['summary']}" if h.get("summary") else ""),
+                    "by": f"engine, score {float(h.get('score') or 0):.2f}", "layer": h.get("layer")})
+    for e in state.retro.get("factor", []):
+        out.append({"text": e.body.get("text", ""), "by": e.author, "layer": None})
+    return out[:12]
+
+
+def _actions(root: dict[str, Any] | None, causes: dict[str, Any], state: journal.JournalState) -> list[dict[str, Any]]:
+    """The cause catalog's follow-ups for the root cause, then the responders' own items. A responder
+    item with the same title as a template takes its place (owner, priority, status are theirs)."""
+    mine = {a.title.strip().lower(): a for a in state.actions}
+    out: list[dict[str, Any]] = []
+    templates = (_cause(causes, root["cause"]).get("action_items") or {}) if root else {}
+    n = 0
+    for category in ("monitoring", "change_control", "isolation", "drills"):
+        for title in templates.get(category) or []:
+            n += 1
+            own = mine.pop(str(title).strip().lower(), None)
+            out.append(_action_row(f"C{n}", str(title), ACTION_CATEGORY[category], own,
+                                   ACTION_PRIORITY[category], f"catalog: {root['cause']}"))
+    for a in state.actions:
+        if a.title.strip().lower() in mine:
+            out.append(_action_row(a.id, a.title, a.source or "responder", a, a.priority, f"responder: {a.created_by}"))
+    return out
+
+
+def _action_row(aid: str, title: str, category: str, own: journal.ActionItem | None, priority: str,
+                origin: str) -> dict[str, Any]:
+    if own is not None and not origin.startswith("responder"):
+        origin = f"{origin}, adopted by {own.created_by}"
+    return {"id": own.id if own else aid, "title": title, "category": category,
+            "owner": (own.owner if own else None) or "unassigned", "priority": own.priority if own else priority,
+            "status": own.status if own else "proposed", "due": own.due if own else None, "origin": origin}
+
+
+# -- timeline --------------------------------------------------------------------------------------
+
+def _timeline(bundle: Bundle, state: journal.JournalState, times: dict[str, Any], start: datetime | None,
+              end: datetime | None) -> list[dict[str, Any]]:
+    """Key events of every layer (first few per kind, with counts), the incident's marks and the
+    responders' notes, in time order."""
+    rows: list[dict[str, Any]] = []
+    for ev in query.key_events(bundle, since=start, until=end, per_group=KEY_PER_KIND):
+        more = ev["group_count"] - KEY_PER_KIND if ev["group_count"] > KEY_PER_KIND else 0
+        rows.append({"ts": ev["ts"], "approx": bool(ev["ts_approx"]), "kind": ev["kind"], "layer": ev["layer"],
+                     "host": ev["host"], "severity": ev["severity"], "text": ev["message"], "who": None,
+                     "artifact": ev["artifact"], "line": ev["line"], "gpu": ev["gpu"], "rank": ev["rank"],
+                     "more": more, "more_hosts": ev["group_hosts"], "mark": None})
+    for name, label in (("start", "First anomaly"), ("detection", "Detected"), ("mitigation", "Mitigated"),
+                        ("recovery", "Recovered")):
+        mark = times.get(name)
+        if mark and mark["ts"]:
+            rows.append({"ts": mark["ts"], "approx": mark["approx"], "kind": "milestone", "layer": None,
+                         "host": None, "severity": None, "text": f"{label} ({mark['by']})", "who": None,
+                         "artifact": None, "line": None, "gpu": None, "rank": None, "more": 0, "more_hosts": 0,
+                         "mark": name})
+    for note in state.notes:
+        when = journal.parse_ts(note.body.get("ts")) or note.at
+        rows.append({"ts": when, "approx": False, "kind": "note", "layer": None, "host": None, "severity": None,
+                     "text": note.body.get("text", ""), "who": note.author, "artifact": None, "line": None,
+                     "gpu": None, "rank": None, "more": 0, "more_hosts": 0, "mark": None})
+    order = {"start": 0, "detection": 1, "mitigation": 2, "recovery": 3}
+    rows.sort(key=lambda r: (r["ts"] or datetime.max, r["mark"] is None, order.get(r["mark"] or "", 9),
+                             r["kind"], r["host"] or "", r["artifact"] or "", r["line"] or 0))
+    return rows
+
+
+# -- evidence appendix -----------------------------------------------------------------------------
+
+def _evidence(bundle: Bundle, verify: bool) -> dict[str, Any]:
+    arts = bundle.artifacts()
+    gaps = [{"what": f"{c['collector']} ({c['host'] or '-'})", "status": c["status"], "reason": c["reason"] or ""}
+            for c in bundle.coverage() if c["status"] != "ok"]
+    for a in arts:
+        if a["kind"] == "unknown":
+            gaps.append({"what": a["source"], "status": "not parsed", "reason": "no collector recognised the format"})
+        elif a["skipped"]:
+            gaps.append({"what": a["source"], "status": "partly parsed",
+                         "reason": f"{a['skipped']} of {a['lines']} lines skipped"})
+    seal = bundle.last_seal()
+    problems = bundle.verify() if verify else []
+    return {"artifacts": [{"sha256": a["sha256"], "collector": a["collector"] or "-", "kind": a["kind"],
+                           "host": a["host"], "source": a["source"], "size": a["size"], "lines": a["lines"],
+                           "events": a["events"]} for a in arts],
+            "total_size": sum(a["size"] for a in arts), "gaps": gaps,
+            "root_digest": bundle.root_digest(), "sealed_digest": seal["root_digest"] if seal else None,
+            "sealed_at": seal["sealed_at"] if seal else None, "complete": bool(seal and seal["complete"]),
+            "verified": verify, "verify_ok": verify and not problems, "problems": problems}
+
+
+# -- summary ---------------------------------------------------------------------------------------
+
+def _summary(state: journal.JournalState, root: dict[str, Any] | None, impact: dict[str, Any],
+             header: dict[str, Any]) -> dict[str, Any]:
+    if state.summary:
+        return {"text": state.summary.body.get("text", ""), "by": state.summary.author, "generated": False}
+    if root is None:
+        return {"text": "The analysis named no root cause; the timeline and evidence below are what was collected.",
+                "by": "generated", "generated": True}
+    where = " ".join(x for x in (f"on {root['host']}" if root.get("host") else "",
+                                 f"GPU {root['gpu']}" if root.get("gpu") else "") if x)
+    parts = [f"{root['title']}{' ' + where if where else ''}"
+             + (f", first seen {_fmt_ts(root['first_seen'])} UTC." if root.get("first_seen") else ".")]
+    if root.get("summary"):
+        parts.append(root["summary"].rstrip(".") + ".")
+    failed = [j["job"] for j in impact["jobs"] if j["failed"]]
+    if failed:
+        parts.append(f"Job {', '.join(failed)} failed.")
+    if impact.get("training"):
+        t = impact["training"]
+        parts.append(f"About {t['gpu_hours']:g} GPU-hours of work since the {t['basis']} were lost.")
+    if impact.get("inference") and impact["inference"].get("breach"):
+        inf = impact["inference"]
+        parts.append(f"The latency SLO was breached for {_fmt_duration(inf['breach'])} (peak {inf['metric']} "
+                     f"{inf['peak_p99_ms']:g} ms).")
+    return {"text": " ".join(parts), "by": "generated from the analysis", "generated": True}
+
+
+# -- charts ----------------------------------------------------------------------------------------
+
+def _charts(bundle: Bundle, times: dict[str, Any], start: datetime | None, end: datetime | None) -> dict[str, Any]:
+    if start is None or end is None or end <= start:
+        return {"swimlane": None, "latency": None}
+    end = max([end] + [m["ts"] for name in ("detection", "mitigation", "recovery")
+                       if (m := times.get(name)) and m["ts"]])
+    span = (end - start).total_seconds()
+    bucket = max(span / 120, 1.0)
+    lanes: dict[tuple[str, str], Lane] = {}
+    for host, layer, idx, count, severity in query.event_density(bundle, since=start, until=end, bucket_s=bucket,
+                                                                 max_lanes=MAX_LANES):
+        label = f"{host if host != '-' else '(no host)'} · {LAYER_TITLES.get(layer, layer)}"
+        lane = lanes.setdefault((host, layer), Lane(label))
+        lane.cells.append((start + timedelta(seconds=idx * bucket), count, severity))
+    ordered = [lanes[k] for k in sorted(lanes, key=lambda k: (k[0] == "-", k[0],
+                                                               LAYERS.index(k[1]) if k[1] in LAYERS else 9))]
+    marks = [Mark(m["ts"], label, name) for name, label in (("start", "first anomaly"), ("detection", "detected"),
+                                                            ("mitigation", "mitigated"), ("recovery", "recovered"))
+             if (m := times.get(name)) and m["ts"]]
+    chart = swimlane(ordered, start, end, timedelta(seconds=bucket), marks) if ordered else None
+    latency = None
+    curve = _latency_curve(bundle)
+    if curve:
+        onsets = [Mark(r[0], r[1].replace("_", " "), "onset") for r in bundle.con.execute(
+            "SELECT min(ts), kind FROM event WHERE ts_origin = 'derived' AND kind IN "
+            "('latency_spike', 'queue_backlog', 'kv_cache_saturation', 'error_rate_spike') GROUP BY kind "
+            "ORDER BY 1, 2").fetchall()]
+        points = [(ts, v) for ts, v in curve["points"] if start <= ts <= end] or curve["points"]
+        lo, hi = min(start, points[0][0]), max(end, points[-1][0])
+        latency = line_chart(points, lo, hi, onsets + marks[:1], title=f"{curve['label']} (ms, UTC)", unit="ms",
+                             threshold=curve["threshold"])
+    return {"swimlane": chart, "latency": latency}
+
+
+# -- rendering -------------------------------------------------------------------------------------
+
+def _fmt_ts(value: Any, approx: bool = False) -> str:
+    ts = _ts(value)
+    if ts is None:
+        return "—"
+    return ("~" if approx else "") + ts.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _fmt_duration(value: timedelta | None) -> str:
+    if value is None:
+        return "—"
+    seconds = int(value.total_seconds())
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, sec = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {sec} s" if sec else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
+
+
+def _fmt_size(size: int | None) -> str:
+    if size is None:
+        return "—"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(size)
+
+
+class MdSafe(str):
+    """Text already escaped for Markdown; the only kind of value the Markdown template may output."""
+
+
+_MD_SPECIAL = re.compile(r"[\\`*{}\[\]<>#|!~$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|&(?=[A-Za-z0-9#])")
+"""Characters that can start Markdown or HTML syntax inline. An underscore between two letters or
+digits cannot open emphasis and an ampersand not followed by a name cannot start an entity, so
+identifiers like ``gpu_fell_off_bus`` stay readable in the raw file."""
+_MD_LINE_START = re.compile(r"^([-+]|\d{1,9}[.)])(?=\s|$)")
+
+
+def md_text(value: Any) -> MdSafe:
+    """Prose from people or evidence, inline: Markdown and HTML syntax characters backslash-escaped,
+    newlines folded, so it renders as the literal text wherever it lands (list item, table cell)."""
+    text = " ".join(str("" if value is None else value).split())
+    text = _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), text)
+    text = _MD_LINE_START.sub(lambda m: m.group(1)[:-1] + "\\" + m.group(1)[-1], text)
+    return MdSafe(text)
+
+
+def md_code(value: Any, table: bool = False) -> MdSafe:
+    """Machine text (log lines, ids) as an inline code span: literal, even with backticks in it.
+    In a table cell the pipes are escaped too (GFM splits cells before reading code spans)."""
+    text = " ".join(str("" if value is None else value).split()) or " "
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or longest else ""
+    if table:
+        text = text.replace("|", "\\|")
+    return MdSafe(f"{fence}{pad}{text}{pad}{fence}")
+
+
+def md_block(value: Any, indent: int = 0) -> MdSafe:
+    """Raw evidence as a fenced code block (fence longer than any backtick run inside), indented to
+    sit inside a list item."""
+    text = str("" if value is None else value).replace("\r", "")
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=2)
+    fence = "`" * max(3, longest + 1)
+    pad = " " * indent
+    lines = [f"{fence}text", *text.split("\n"), fence]
+    return MdSafe("\n".join(pad + line for line in lines))
+
+
+def _md_finalize(value: Any) -> Any:
+    if isinstance(value, (MdSafe, int, float)) and not isinstance(value, bool):
+        return value
+    raise TypeError(f"markdown template printed an unescaped value {value!r:.60}; pass it through md/code/block")
+
+
+def _environment(fmt: str) -> Any:
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
+    common = {"loader": PackageLoader("workbench", "templates"), "undefined": StrictUndefined,
+              "trim_blocks": True, "lstrip_blocks": True, "keep_trailing_newline": True}
+    if fmt == "html":
+        env = Environment(autoescape=True, **common)
+    else:
+        env = Environment(autoescape=False, finalize=_md_finalize, **common)
+        env.filters.update(md=md_text, code=md_code, block=md_block)
+        env.filters.update(ts=lambda v, approx=False: md_text(_fmt_ts(v, approx)),
+                           dur=lambda v: md_text(_fmt_duration(v)), size=lambda v: md_text(_fmt_size(v)))
+    if fmt == "html":
+        env.filters.update(ts=_fmt_ts, dur=_fmt_duration, size=_fmt_size)
+    env.globals.update(LAYER_TITLES=LAYER_TITLES)
+    return env
+
+
+def render(model: dict[str, Any], fmt: str) -> str:
+    """The model as Markdown (``md``), self-contained HTML (``html``) or JSON (``json``)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown report format {fmt!r}; one of: {', '.join(FORMATS)}")
+    if fmt == "json":
+        data = {k: v for k, v in model.items() if k != "charts"}
+        return json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n"
+    return _environment(fmt).get_template(f"report.{fmt}.j2").render(r=model)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat() + "Z"
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return str(value)
