@@ -1,0 +1,216 @@
+"""``analyze``: the playbook walk over a bundle, as DESIGN.md's analyze JSON object.
+
+Decide the workload, evaluate every check of its playbook into per-layer verdicts, rank the
+candidate root causes (workbench/hypotheses.py) and name the first anomaly of the winning chain.
+The CLI, the TUI and the report all call ``analyze`` so they cannot disagree.
+
+Beyond DESIGN's keys the object carries: ``playbook`` (workload and title), ``workload_signals``,
+``clock_offsets`` (host -> seconds subtracted from its times), ``stage0`` and ``recover`` (the
+playbook's steps with what the bundle says about them), ``checks`` (every check with its
+question, why, verdict and row count), ``symptoms`` (symptom groups and the cause that explains
+each) and ``layer_focus``. Hypotheses carry ``explains`` and ``symptom_evidence`` besides
+DESIGN's fields.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import duckdb
+
+from workbench.bundle import Bundle
+from workbench.causes import LAYERS, load_causes
+from workbench.clockskew import estimate_offsets
+from workbench.hypotheses import LOW_SCORE, MAX_EVIDENCE, STATE_ORIGINS, Candidate, Engine, Place, describe
+from workbench.playbook import (
+    CheckResult,
+    Playbook,
+    Presence,
+    evaluate_check,
+    evaluate_step,
+    load_playbook,
+    prepare,
+    run_rows,
+)
+from workbench.workload import detect_workload
+
+MAX_HYPOTHESES = 10
+MIN_LISTED = 0.02
+_ORDER = {"no_evidence": 0, "clear": 1, "suspect": 2, "fault": 3}
+
+
+def iso(ts: datetime | None) -> str | None:
+    return ts.isoformat(timespec="milliseconds") + "Z" if ts else None
+
+
+def analyze(bundle: Bundle, workload: str | None = None) -> dict[str, Any]:
+    """The whole analysis of one bundle; ``workload`` overrides the detected one."""
+    con = bundle.con
+    prepare(con)
+    detected, signals = detect_workload(con)
+    playbook = load_playbook(workload or detected)
+    presence = Presence.of(con)
+    offsets = estimate_offsets(con)
+    causes = load_causes()
+    results = [evaluate_check(con, check, presence) for check in playbook.checks()]
+    _mark_origins(con, results)
+    symptom_rows, _ = run_rows(con, playbook.symptoms_sql, {}, group_by=("kind", "host", "gpu", "rank"))
+    engine = Engine(Place.of(con), offsets, causes, playbook.params["horizon_s"], playbook.params["tolerance_s"])
+    cause_rows = [r for res in results if res.check.role == "cause" for r in res.rows]
+    locators = [r for res in results if res.check.role == "locator" for r in res.rows]
+    ranked, groups = engine.rank(cause_rows, symptom_rows, locators)
+    listed = [c for c in ranked if c.score >= MIN_LISTED][:MAX_HYPOTHESES]
+    hypotheses = [_hypothesis(n, c, causes, groups, engine) for n, c in enumerate(listed, start=1)]
+    top = ranked[0] if ranked and ranked[0].score >= LOW_SCORE else None
+    return {
+        "workload": playbook.workload if workload else detected,
+        "window": _window(con),
+        "first_anomaly": _first_anomaly(top, results, groups),
+        "hypotheses": hypotheses,
+        "layers": _layers(playbook, results, ranked),
+        "playbook": {"workload": playbook.workload, "title": playbook.title},
+        "workload_signals": signals,
+        "clock_offsets": offsets,
+        "stage0": [evaluate_step(con, step) for step in playbook.stage0],
+        "recover": _recover(playbook, top, causes),
+        "checks": [_check_json(res) for res in results],
+        "symptoms": [_symptom_json(g) for g in groups],
+        "layer_focus": {plan.layer: plan.focus for plan in playbook.layers},
+    }
+
+
+def _mark_origins(con: duckdb.DuckDBPyConnection, results: list[CheckResult]) -> None:
+    """Attach each evidence row's ts_origin (snapshot state vs timed line) from the event table."""
+    keys = {(r["artifact"], r["line"]) for res in results for r in res.rows
+            if r["artifact"] is not None and r["line"] is not None}
+    if not keys:
+        return
+    con.execute("CREATE OR REPLACE TEMP TABLE _evidence_keys (artifact VARCHAR, line BIGINT)")
+    con.executemany("INSERT INTO _evidence_keys VALUES (?, ?)", sorted(keys))
+    origins = {(a, line): o for a, line, o in con.execute(
+        "SELECT e.artifact, e.line, any_value(e.ts_origin) FROM event e "
+        "JOIN _evidence_keys k ON e.artifact = k.artifact AND e.line = k.line GROUP BY e.artifact, e.line").fetchall()}
+    for res in results:
+        for row in res.rows:
+            row["origin"] = origins.get((row["artifact"], row["line"]))
+
+
+def _window(con: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
+    start, end = con.execute("SELECT min(ts), max(ts) FROM event WHERE ts IS NOT NULL").fetchall()[0]
+    return {"start": iso(start), "end": iso(end)}
+
+
+def _evidence(row: dict[str, Any]) -> dict[str, Any]:
+    return {"source": row.get("source") or row.get("check"), "ts": iso(row.get("ts")), "host": row.get("host"),
+            "text": (row.get("text") or row.get("kind") or "")[:400], "artifact": row.get("artifact"),
+            "line": row.get("line")}
+
+
+def _pick_evidence(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The strongest lines and the earliest ones, in time order, each line once."""
+    by_strength = sorted(rows, key=lambda r: (-r["strength"], r["at"] or datetime.max))
+    by_time = sorted(rows, key=lambda r: (r["at"] is None, r["at"] or datetime.max))
+    chosen: list[dict[str, Any]] = []
+    seen: set[tuple] = set()
+    for row in by_time[:4] + by_strength:
+        key = (row.get("artifact"), row.get("line"), row.get("text"))
+        if key in seen:
+            continue
+        seen.add(key)
+        chosen.append(row)
+        if len(chosen) >= MAX_EVIDENCE:
+            break
+    chosen.sort(key=lambda r: (r["at"] is None, r["at"] or datetime.max))
+    return [_evidence(r) for r in chosen]
+
+
+def _hypothesis(n: int, c: Candidate, causes: dict[str, dict[str, Any]], groups: list, engine: Engine) -> dict:
+    ranks = set(engine.place.ranks_at(c.host, c.gpu)) if c.scope != "global" and c.host else set()
+    ranks.update(r["rank"] for r in c.rows if r.get("rank") is not None and c.scope != "global")
+    mine = [g for g in groups if g.explained_by is c]
+    symptoms = sorted({g.kind for g in mine}) + sorted({b.cause for b in c.consequences})
+    return {
+        "rank": n, "layer": c.layer, "cause": c.cause, "score": round(min(1.0, c.score), 3),
+        "host": c.host, "gpu": c.gpu, "ranks": sorted(ranks), "first_seen": iso(c.first_seen),
+        "summary": describe(c, causes, groups, sorted(ranks)), "symptoms": symptoms,
+        "evidence": _pick_evidence(c.rows),
+        "explains": {"symptom_groups": len(mine), "of": len(groups), "strength": round(c.strength, 3),
+                     "explanatory_power": round(c.explain, 3)},
+        "symptom_evidence": [_evidence(g.rows[0]) for g in mine[:10]],
+    }
+
+
+def _first_anomaly(top: Candidate | None, results: list[CheckResult], groups: list) -> dict[str, Any] | None:
+    """The earliest event of the winning chain (its evidence, absorbed parts and consequences);
+    without a winner, the earliest suspect row or symptom; None when nothing is anomalous."""
+    if top is not None:
+        chain = [top, *top.consequences]
+        rows = [r for c in chain for r in c.rows if r["strength"] >= 0.2 and r["at"] is not None
+                and not (r.get("origin") in STATE_ORIGINS and c is not top)]
+        rows += [g.rows[0] for g in groups if g.explained_by is top and g.rows[0]["at"] is not None]
+    else:
+        rows = [r for res in results if res.check.role == "cause" for r in res.rows
+                if r["strength"] >= res.check.suspect and r["at"] is not None]
+        rows += [g.rows[0] for g in groups if g.rows[0]["at"] is not None]
+    if not rows:
+        return None
+    first = min(rows, key=lambda r: (r["at"], -r["strength"] if "check" in r else 0))
+    return {"ts": iso(first["at"]), "host": first.get("host"), "layer": first.get("layer") or _symptom_layer(first),
+            "kind": first.get("kind"), "text": (first.get("text") or "")[:400]}
+
+
+def _symptom_layer(row: dict[str, Any]) -> str:
+    return "business" if row.get("kind") in ("latency_spike", "error_rate_spike", "throughput_drop",
+                                              "queue_backlog") else "scheduling"
+
+
+def _layers(playbook: Playbook, results: list[CheckResult], ranked: list[Candidate]) -> dict[str, Any]:
+    """Per-layer verdicts. A check's own verdict is capped by how the engine judged its rows: rows
+    that only feed background hypotheses (below LOW_SCORE) do not make a layer suspect."""
+    best_of: dict[str, float] = {}
+    for c in ranked:
+        for row in c.rows:
+            best_of[row["check"]] = max(best_of.get(row["check"], 0.0), c.score)
+    out: dict[str, Any] = {}
+    for plan in playbook.layers:
+        verdict = "no_evidence"
+        findings = []
+        for res in (r for r in results if r.check.layer == plan.layer):
+            v = res.verdict
+            if res.check.role == "cause" and res.rows:
+                best = best_of.get(res.check.id, 0.0)
+                cap = "fault" if best >= 0.5 else "suspect" if best >= LOW_SCORE else "clear"
+                v = min(v, cap, key=_ORDER.__getitem__)
+            elif res.check.role == "locator" and v == "fault":
+                v = "suspect"
+            res.verdict = v
+            if _ORDER[v] > _ORDER[verdict]:
+                verdict = v
+            findings.append({"check": res.check.id, "title": res.check.title, "rows": res.total})
+        out[plan.layer] = {"verdict": verdict, "findings": findings}
+    for layer in LAYERS:
+        out.setdefault(layer, {"verdict": "no_evidence", "findings": []})
+    return out
+
+
+def _check_json(res: CheckResult) -> dict[str, Any]:
+    c = res.check
+    return {"id": c.id, "layer": c.layer, "title": c.title, "question": c.question, "why": c.why,
+            "causes": list(c.causes), "role": c.role, "verdict": res.verdict, "rows": res.total,
+            "max_strength": round(res.max_strength, 3), "error": res.error}
+
+
+def _symptom_json(g: Any) -> dict[str, Any]:
+    return {"kind": g.kind, "host": g.host, "gpu": g.gpu, "rank": g.rank, "first_seen": iso(g.first),
+            "count": g.count, "text": (g.rows[0].get("text") or "")[:300],
+            "explained_by": g.explained_by.cause if g.explained_by else None}
+
+
+def _recover(playbook: Playbook, top: Candidate | None, causes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    steps = [{"id": s.id, "title": s.title, "action": s.action, "why": s.why} for s in playbook.recover]
+    if top is not None:
+        steps.insert(0, {"id": "remediate", "title": f"Remediate: {causes[top.cause]['title']}",
+                         "action": " ".join(causes[top.cause]["remediation"]),
+                         "why": "What the cause catalog prescribes for the top hypothesis."})
+    return steps

@@ -1,0 +1,425 @@
+"""Root-cause hypotheses from check rows: tell the cause from its symptoms and from the noise.
+
+Rows of the cause checks are grouped per cause and place (a GPU, a host, or the whole job or
+service: the cause's ``scope``). The cause catalog's relations then fold the picture together: a
+PCIe fatal error and the GPU falling off the bus right after it on the same host are one failure
+(``absorbs``); a traffic surge that filled the KV cache is the cause and the KV cache its
+consequence (``leads_to``). Each candidate is scored by
+
+* strength: how strongly its evidence points at a root cause (independent checks add up),
+* explanatory power: the share of symptoms it explains, by place (same GPU or host as the
+  symptom, a host of the same job, the rank that went silent) and by time (it came first, within
+  the workload's horizon; a state seen in a snapshot may predate the snapshot),
+
+so the Xid 79 on the failing rank's GPU outranks an earlier Xid 13 from another user's job, and a
+corrected AER that was always there or a throttle on an idle GPU stays low. Times are compared
+after the per-host clock offsets are applied.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import duckdb
+
+from collectors.base import normalize_pci
+
+LOW_SCORE = 0.2
+"""Below this a hypothesis is background: the engine does not call it a root cause."""
+SIGNIFICANT = 0.2
+"""Rows weaker than this (corrected AER, an idle GPU's throttle) never join another cause's picture."""
+STATE_ORIGINS = frozenset({"captured", "mtime", "none", "snapshot"})
+"""Timestamps that say when a state was seen, not when it began."""
+NO_SYMPTOM_FACTOR = 0.6
+MAX_EVIDENCE = 12
+
+
+@dataclass
+class Place:
+    """Who ran where (topology) and which GPUs exist: the map symptoms are related on."""
+
+    rank_place: dict[int, tuple[str | None, str | None]] = field(default_factory=dict)
+    job_hosts: set[str] = field(default_factory=set)
+    gpus_in_use: dict[str, set[str]] = field(default_factory=dict)
+    known_gpus: dict[str, set[str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, con: duckdb.DuckDBPyConnection) -> Place:
+        place = cls()
+        rows = con.execute(
+            "SELECT rank, host, gpu, coalesce(comm_id, ''), coalesce(nranks, 0) FROM topology "
+            "WHERE rank IS NOT NULL").fetchall()
+        world = max(rows, key=lambda r: r[4])[3] if rows else None
+        seen: dict[int, set[tuple[str | None, str | None]]] = defaultdict(set)
+        for rank, host, gpu, comm, _ in rows:
+            if host:
+                place.job_hosts.add(host)
+                if gpu:
+                    place.gpus_in_use.setdefault(host, set()).add(_pci(gpu))
+            if comm == world:
+                seen[rank].add((host, _pci(gpu)))
+        for rank, places in seen.items():
+            hosts = {h for h, _ in places}
+            if len(hosts) == 1:
+                gpus = {g for _, g in places if g}
+                place.rank_place[rank] = (next(iter(hosts)), next(iter(gpus)) if len(gpus) == 1 else None)
+        for host, gpu in con.execute(
+                "SELECT DISTINCT host, gpu FROM gpu_inventory WHERE gpu IS NOT NULL UNION "
+                "SELECT DISTINCT host, gpu FROM gpu_sample WHERE gpu IS NOT NULL UNION "
+                "SELECT DISTINCT host, gpu FROM topology WHERE gpu IS NOT NULL").fetchall():
+            place.known_gpus.setdefault(host or "", set()).add(_pci(gpu))
+        return place
+
+    def ranks_at(self, host: str | None, gpu: str | None) -> list[int]:
+        return sorted(r for r, (h, g) in self.rank_place.items()
+                      if h == host and (gpu is None or g == gpu))
+
+
+def _pci(gpu: str | None) -> str | None:
+    return (normalize_pci(gpu) or gpu) if gpu else None
+
+
+@dataclass
+class SymptomGroup:
+    """One symptom kind at one place (host, GPU, rank): what a cause has to explain."""
+
+    kind: str
+    host: str | None
+    gpu: str | None
+    rank: int | None
+    nodes: frozenset[str]
+    rows: list[dict[str, Any]]
+    first: datetime | None
+    count: int = 0
+    explained_by: Candidate | None = None
+
+
+@dataclass
+class Candidate:
+    """One possible root cause at one place, with its evidence and what it explains."""
+
+    cause: str
+    layer: str
+    scope: str
+    host: str | None
+    gpu: str | None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    absorbed: list[str] = field(default_factory=list)
+    consequences: list[Candidate] = field(default_factory=list)
+    consequence_of: Candidate | None = None
+    dropped: bool = False
+    boost: float = 0.0
+    fit: dict[int, float] = field(default_factory=dict)
+    explain: float = 0.0
+    score: float = 0.0
+
+    @property
+    def strength(self) -> float:
+        """Noisy-OR over checks: independent checks agreeing make a cause more certain."""
+        best: dict[str, float] = {}
+        for row in self.rows:
+            best[row["check"]] = max(best.get(row["check"], 0.0), row["strength"])
+        miss = 1.0 - self.boost
+        for value in best.values():
+            miss *= 1.0 - value
+        return 1.0 - miss
+
+    @property
+    def peak(self) -> float:
+        return max((r["strength"] for r in self.rows), default=0.0)
+
+    @property
+    def first_seen(self) -> datetime | None:
+        """Earliest significant evidence: weak early rows (background noise) do not move it."""
+        floor = 0.5 * self.peak
+        times = [r["at"] for r in self.rows if r["at"] is not None and r["strength"] >= floor]
+        return min(times) if times else None
+
+    @property
+    def is_state(self) -> bool:
+        """All evidence is snapshot state (nvidia-smi -q, ibstat): seen then, possibly true before."""
+        return bool(self.rows) and all(r.get("origin") in STATE_ORIGINS or r["kind"] == "gpu_sample"
+                                       for r in self.rows)
+
+
+def expand_hostlist(text: str | None) -> frozenset[str]:
+    """Slurm host lists (``node[01-03,07],gpu5``) or a JSON list of names, as a set of names."""
+    if not text:
+        return frozenset()
+    text = text.strip()
+    if text.startswith("["):
+        try:
+            return frozenset(str(x) for x in json.loads(text))
+        except ValueError:
+            return frozenset()
+    names: set[str] = set()
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", text):
+        m = re.match(r"^(.*?)\[([^\]]*)\](.*)$", part)
+        if not m:
+            names.add(part.strip())
+            continue
+        prefix, body, suffix = m.groups()
+        for item in body.split(","):
+            if "-" in item:
+                lo, hi = item.split("-", 1)
+                if lo.isdigit() and hi.isdigit() and int(hi) - int(lo) < 10_000:
+                    names.update(f"{prefix}{n:0{len(lo)}d}{suffix}" for n in range(int(lo), int(hi) + 1))
+            elif item:
+                names.add(f"{prefix}{item}{suffix}")
+    return frozenset(n for n in names if n)
+
+
+class Engine:
+    """Turns evaluated checks and symptom rows into ranked candidates."""
+
+    def __init__(self, place: Place, offsets: dict[str, float], causes: dict[str, dict[str, Any]],
+                 horizon_s: float, tolerance_s: float) -> None:
+        self.place = place
+        self.offsets = offsets
+        self.causes = causes
+        self.horizon = horizon_s
+        self.tolerance = tolerance_s
+
+    # -- rows --------------------------------------------------------------------------------
+    def locate(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Fill host/GPU from the rank's topology and put the time on the consensus clock."""
+        rank = row.get("rank")
+        if rank is not None and rank in self.place.rank_place:
+            host, gpu = self.place.rank_place[rank]
+            if row.get("host") in (None, host):
+                row["host"] = row.get("host") or host
+                row["gpu"] = row.get("gpu") or gpu
+        if row.get("gpu"):
+            row["gpu"] = _pci(row["gpu"])
+        ts = row.get("ts")
+        row["at"] = ts - timedelta(seconds=self.offsets.get(row.get("host") or "", 0.0)) if ts else None
+        return row
+
+    def group_symptoms(self, rows: list[dict[str, Any]]) -> list[SymptomGroup]:
+        groups: dict[tuple, SymptomGroup] = {}
+        for row in rows:
+            self.locate(row)
+            key = (row["kind"], row["host"], row["gpu"], row["rank"])
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = SymptomGroup(kind=row["kind"], host=row["host"], gpu=row["gpu"],
+                                                   rank=row["rank"], nodes=expand_hostlist(row.get("nodes")),
+                                                   rows=[], first=None)
+            group.rows.append(row)
+            group.count += 1
+            if row["at"] is not None and (group.first is None or row["at"] < group.first):
+                group.first = row["at"]
+        return sorted(groups.values(), key=lambda g: (g.first is None, g.first or datetime.min, g.kind))
+
+    def candidates(self, rows: list[dict[str, Any]]) -> list[Candidate]:
+        found: dict[tuple, Candidate] = {}
+        for row in rows:
+            self.locate(row)
+            entry = self.causes[row["cause"]]
+            scope = entry["scope"]
+            host = row["host"] if scope in ("gpu", "host") else None
+            gpu = row["gpu"] if scope == "gpu" else None
+            key = (row["cause"], host, gpu)
+            cand = found.get(key)
+            if cand is None:
+                cand = found[key] = Candidate(cause=row["cause"], layer=entry["layer"], scope=scope, host=host,
+                                              gpu=gpu)
+            cand.rows.append(row)
+        for cand in found.values():
+            if cand.scope == "global":
+                hosts = {r["host"] for r in cand.rows}
+                cand.host = next(iter(hosts)) if len(hosts) == 1 else None
+        self._fold_gpuless(found)
+        return list(found.values())
+
+    def _fold_gpuless(self, found: dict[tuple, Candidate]) -> None:
+        """A GPU-scoped row without a GPU (a CUDA error with no rank map) joins the one GPU
+        candidate of the same cause on its host, when there is exactly one."""
+        for key, cand in list(found.items()):
+            cause, host, gpu = key
+            if cand.scope != "gpu" or gpu is not None or host is None:
+                continue
+            siblings = [c for (k_cause, k_host, k_gpu), c in found.items()
+                        if k_cause == cause and k_host == host and k_gpu is not None]
+            if len(siblings) == 1:
+                siblings[0].rows.extend(cand.rows)
+                del found[key]
+
+    # -- relations ---------------------------------------------------------------------------
+    def _same_place(self, a: Candidate, b: Candidate) -> bool:
+        if a.scope == "global":
+            return True
+        if a.host != b.host:
+            return False
+        if a.gpu and b.gpu and a.gpu != b.gpu:
+            known = self.place.known_gpus.get(a.host or "", set())
+            return a.gpu not in known or b.gpu not in known
+        return True
+
+    def _close(self, a: Candidate, b: Candidate) -> bool:
+        if a.first_seen is None or b.first_seen is None:
+            return True
+        return abs((b.first_seen - a.first_seen).total_seconds()) <= self.horizon
+
+    def fold(self, cands: list[Candidate]) -> None:
+        """Apply the catalog: absorb parts of the same failure, then link causes to consequences."""
+        for a in sorted(cands, key=lambda c: -c.strength):
+            if a.dropped:
+                continue
+            for b in cands:
+                if b is a or b.dropped or b.cause not in self.causes[a.cause]["absorbs"]:
+                    continue
+                strong = [r for r in b.rows if r["strength"] >= SIGNIFICANT]
+                if strong and self._same_place(a, b) and self._close(a, b):
+                    a.rows.extend(strong)
+                    a.absorbed.append(b.cause)
+                    b.rows = [r for r in b.rows if r["strength"] < SIGNIFICANT]
+                    b.dropped = not b.rows
+        live = [c for c in cands if not c.dropped and c.rows]
+        for a in sorted(live, key=lambda c: (c.first_seen is None, c.first_seen or datetime.min)):
+            for b in live:
+                if b is a or b.consequence_of is not None or b.cause not in self.causes[a.cause]["leads_to"]:
+                    continue
+                if a.first_seen is None or b.first_seen is None or b.peak < SIGNIFICANT:
+                    continue
+                lag = (b.first_seen - a.first_seen).total_seconds()
+                if -self.tolerance <= lag <= self.horizon and self._same_place(a, b) and not _descends(a, b):
+                    b.consequence_of = a
+                    a.consequences.append(b)
+                    a.boost = 1.0 - (1.0 - a.boost) * (1.0 - 0.3 * b.strength)
+
+    # -- scoring -----------------------------------------------------------------------------
+    def relation(self, c: Candidate, g: SymptomGroup) -> float:
+        """How plausibly a cause at c's place reaches a symptom at g's place (0..1)."""
+        if c.scope == "global":
+            return 0.8
+        if c.host is None:
+            return 0.5
+        if g.host is None:
+            if g.nodes:
+                r = 0.7 if c.host in g.nodes else 0.0
+            else:
+                r = 0.5
+        elif g.host == c.host:
+            r = 0.8 if (c.gpu and g.gpu and c.gpu != g.gpu) else 1.0
+        elif c.host in self.place.job_hosts and g.host in self.place.job_hosts:
+            r = 0.6
+        else:
+            r = 0.0
+        in_use = self.place.gpus_in_use.get(c.host)
+        if c.scope == "gpu" and c.gpu and in_use and c.gpu not in in_use:
+            r *= 0.3
+        return r
+
+    def timing(self, c: Candidate, g: SymptomGroup) -> float:
+        """1 when the cause came first within the horizon; decays after it; low when it came after."""
+        if c.first_seen is None or g.first is None:
+            return 0.5
+        lag = (g.first - c.first_seen).total_seconds()
+        if lag < -self.tolerance:
+            return 0.6 if c.is_state else 0.1
+        if lag <= self.horizon:
+            return 1.0
+        return math.exp(-(lag - self.horizon) / self.horizon)
+
+    def score(self, cands: list[Candidate], groups: list[SymptomGroup], locators: list[dict[str, Any]]) -> None:
+        for c in cands:
+            c.fit = {i: self.relation(c, g) * self.timing(c, g) for i, g in enumerate(groups)}
+        for c in cands:
+            for b in _downstream(c):
+                for i, value in b.fit.items():
+                    c.fit[i] = max(c.fit[i], value)
+        for c in cands:
+            explain = sum(c.fit.values()) / len(groups) if groups else 0.0
+            explain += self._locator_bonus(c, locators)
+            c.explain = min(1.0, explain)
+            if groups:
+                c.score = c.strength * (0.3 + 0.7 * c.explain)
+            else:
+                c.score = c.strength * NO_SYMPTOM_FACTOR
+            if c.consequence_of is not None:
+                c.score *= 0.5
+        for i, g in enumerate(groups):
+            best = max(cands, key=lambda c: (c.fit.get(i, 0.0) * c.score, -id(c)), default=None)
+            if best is not None and best.fit.get(i, 0.0) >= 0.3 and best.score >= LOW_SCORE:
+                root = best
+                while root.consequence_of is not None:
+                    root = root.consequence_of
+                g.explained_by = root
+
+    def _locator_bonus(self, c: Candidate, locators: list[dict[str, Any]]) -> float:
+        """The rank that went silent first marks where the failure started."""
+        bonus = 0.0
+        for loc in locators:
+            if c.host is None or loc["host"] != c.host:
+                continue
+            if c.scope != "gpu" or c.gpu is None or loc["gpu"] is None or loc["gpu"] == c.gpu:
+                bonus = max(bonus, 0.3)
+            else:
+                bonus = max(bonus, 0.1)
+        return bonus
+
+    def rank(self, rows: list[dict[str, Any]], symptoms: list[dict[str, Any]],
+             locators: list[dict[str, Any]]) -> tuple[list[Candidate], list[SymptomGroup]]:
+        """Candidates best first (score, then earliest), and the symptom groups with their explainer."""
+        for loc in locators:
+            self.locate(loc)
+        cands = self.candidates(rows)
+        self.fold(cands)
+        live = [c for c in cands if not c.dropped and c.rows]
+        groups = self.group_symptoms(symptoms)
+        self.score(live, groups, locators)
+        live.sort(key=lambda c: (-round(c.score, 6), c.first_seen is None, c.first_seen or datetime.min, c.cause))
+        return live, groups
+
+
+def _descends(a: Candidate, b: Candidate) -> bool:
+    """a is (transitively) a consequence of b: linking b under a would make a cycle."""
+    up = a.consequence_of
+    while up is not None:
+        if up is b:
+            return True
+        up = up.consequence_of
+    return False
+
+
+def _downstream(c: Candidate) -> list[Candidate]:
+    out: list[Candidate] = []
+    todo = list(c.consequences)
+    while todo:
+        b = todo.pop()
+        out.append(b)
+        todo.extend(b.consequences)
+    return out
+
+
+def describe(c: Candidate, causes: dict[str, dict[str, Any]], groups: list[SymptomGroup],
+             ranks: list[int]) -> str:
+    """One sentence a responder can read aloud."""
+    where = c.host or "the whole job/service"
+    if c.gpu:
+        where += f" GPU {c.gpu}"
+    if ranks:
+        where += f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks[:8]))}" \
+                 f"{'…' if len(ranks) > 8 else ''})"
+    strongest = max(c.rows, key=lambda r: (r["strength"], -(r["at"] or datetime.max).timestamp()))
+    text = (strongest.get("text") or strongest.get("kind") or "").strip()
+    mine = [g for g in groups if g.explained_by is c]
+    kinds = Counter(g.kind for g in mine)
+    parts = [f"{causes[c.cause]['title']} on {where}"]
+    if c.first_seen:
+        parts.append(f"first seen {c.first_seen.isoformat(timespec='seconds')}Z")
+    sentence = ", ".join(parts) + f": {text[:160]}"
+    if c.absorbed:
+        sentence += f" (with {', '.join(sorted(set(c.absorbed)))} at the same place)"
+    if c.consequences:
+        sentence += f"; led to {', '.join(sorted({b.cause for b in c.consequences}))}"
+    if mine:
+        sentence += "; explains " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+    return sentence
