@@ -39,7 +39,7 @@ _ERROR_NAME = re.compile(r"drop|discard|miss|err|crc|fifo|overrun|over_errors|no
                          r"|carrier|collision|abort|timeout|jabber|oversize|undersize|fragment|illegal"
                          r"|alloc_fail|link_down")
 _NOT_ERROR = re.compile(r"xdp|_ok$|csum|_bytes$|^multicast$|wake|stopped|_packets$|_pkts$")
-_CONGESTION = re.compile(r"pause|ecn|cnp|prio\d*_buf")
+_CONGESTION = re.compile(r"pause|ecn|cnp")
 
 _INFO_KEYS = {"driver": "driver", "version": "driver_version", "firmware-version": "firmware",
               "bus-info": "bus", "expansion-rom-version": "expansion_rom"}

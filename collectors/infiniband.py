@@ -375,6 +375,10 @@ class _Samples:
             self.number += 1
             self.seen = set()
 
+    def mark(self, key: tuple[str, str]) -> None:
+        """Something of ``key`` was read in the current sample (without starting a new one)."""
+        self.seen.add(key)
+
 
 def _parse_ibstat(stream: BinaryIO, ctx: ParseContext, obs: _Observations) -> Iterator[Row]:
     samples = _Samples()
@@ -494,6 +498,7 @@ def _parse_sysfs(stream: BinaryIO, ctx: ParseContext, obs: _Observations) -> Ite
             samples.next()
         files = ports.setdefault((device, port), {})
         files[rel] = (value.strip(), n)
+        samples.mark((device, port))
         if rel.startswith(("counters/", "hw_counters/")):
             number = _int_value(value)
             if number is None:

@@ -364,6 +364,8 @@ _DISKSTATS_HEAD = re.compile(r"^#\s*diskstats sample (\d+) at (\S+)")
 
 def _parse_diskstats(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
     samples: list[tuple[datetime | None, dict[str, tuple[list[int], int]]]] = []
+    # Fields after the name: reads, reads merged, sectors read, ms reading, writes, writes merged,
+    # sectors written, ms writing, I/Os in flight, ms doing I/O, weighted ms (Documentation/iostats).
     current: dict[str, tuple[list[int], int]] | None = None
     for n, line in ctx.lines(stream):
         if m := _DISKSTATS_HEAD.match(line):
@@ -394,9 +396,9 @@ def _parse_diskstats(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
             if any(x < 0 for x in d[:8]):
                 continue
             ios = d[0] + d[4]
-            busy_ms = d[1] + d[5]
+            busy_ms = d[3] + d[7]
             total_ios = before[0] + before[4]
-            baseline = (before[1] + before[5]) / total_ios if total_ios else None
+            baseline = (before[3] + before[7]) / total_ios if total_ios else None
             when = t1 or snapshot
             inflight = after[8]
             if when is not None:
@@ -575,7 +577,9 @@ _LS_DIR = re.compile(r"^(.+):\s*$")
 _CKPT_NAME = re.compile(r"checkpoint|ckpt|global_step|iter_\d|step[_-]?\d|epoch[_-]?\d|model_states|optim_states"
                         r"|\.(?:pt|pth|ckpt|safetensors|distcp|bin|pkl|h5|npz|msgpack)$", re.IGNORECASE)
 _TEMP_NAME = re.compile(r"(?:\.tmp|\.temp|\.partial|\.incomplete|\.part|\.inprogress|~)$|^\.?tmp|\.tmp[._-]"
-                        r"|/\.?tmp[^/]*/|\.__temp|_tmp\b", re.IGNORECASE)
+                        r"|\.__temp|_tmp\b", re.IGNORECASE)
+"""Temporary names of a file or of the directory a save writes into (HF Trainer's tmp-checkpoint-N,
+torch.save's partial files, rsync's dot files are not matched: they do not end a checkpoint)."""
 
 
 def _parse_listing(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
@@ -645,7 +649,7 @@ def _listing_entry(line: str, ls_dir: str, ctx: ParseContext) -> tuple[str, str,
 
 def _checkpoint_events(entries: list[tuple[str, int, datetime, int]], directory: str | None,
                        listed_at: datetime | None, listed_origin: str) -> Iterator[Row]:
-    ckpts = [e for e in entries if _CKPT_NAME.search(e[0])]
+    ckpts = [e for e in entries if _CKPT_NAME.search(_relative(e[0], directory))]
     if not ckpts:
         return
     groups: dict[tuple[str, str], list[int]] = {}
@@ -658,7 +662,7 @@ def _checkpoint_events(entries: list[tuple[str, int, datetime, int]], directory:
         median = statistics.median(sizes)
         if size == 0:
             partial.append((path, size, mtime, n, "zero bytes"))
-        elif _TEMP_NAME.search(path):
+        elif _is_temporary(path):
             partial.append((path, size, mtime, n, "temporary file"))
         elif len(sizes) >= 3 and size < 0.5 * median:
             partial.append((path, size, mtime, n, f"smaller than its siblings (median {int(median)} bytes)"))
@@ -682,6 +686,18 @@ def _checkpoint_events(entries: list[tuple[str, int, datetime, int]], directory:
         yield Skipped(None, f"{len(partial) - MAX_PARTIAL_EVENTS} more partial checkpoint files not listed")
     if listed_at is not None:
         yield HostFact("checkpoint.files", str(len(ckpts)))
+
+
+def _relative(path: str, directory: str | None) -> str:
+    """The part of ``path`` below the listed directory: the directory's own name says nothing."""
+    if directory and path.startswith(directory.rstrip("/") + "/"):
+        return path[len(directory.rstrip("/")) + 1:]
+    return path
+
+
+def _is_temporary(path: str) -> bool:
+    parts = path.rstrip("/").rsplit("/", 2)
+    return any(_TEMP_NAME.search(part) for part in parts[-2:])
 
 
 def _shape(path: str) -> tuple[str, str]:
@@ -762,7 +778,6 @@ def _parse_log(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
                     f"{failure['error']}"[:400], ts=last_ts, ts_origin=("iso" if own else "neighbour") if last_ts
                     else "none", ts_approx=bool(last_ts and not own), ts_raw=last_raw if last_ts else None,
                     severity="error", attrs=attrs, line=n)
-        recent.clear()
 
 
 def _log_time(m: re.Match[str]) -> datetime | None:
