@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import BinaryIO
 
-from collectors.base import ParseContext, Row, SeriesPoint, Skipped
-from collectors.prometheus import host_of
+from collectors.base import Artifact, CaptureContext, ParseContext, Row, SeriesPoint, Skipped
+from collectors.prometheus import capture_files, host_of
 from workbench import series
 
 NAME = "metrics_csv"
@@ -47,6 +47,11 @@ _BENCH_LINE = re.compile(r"^\s*(?P<key>[A-Za-z][^:]{0,80}?)\s*:\s+(?P<value>\S(?
 _UNIT = re.compile(r"\((ms|s|us|µs|tok/s|req/s|tokens/s|%)\)\s*$")
 
 
+def capture(ctx: CaptureContext) -> Iterator[Artifact]:
+    """The CSV and benchmark files among ``--latency FILE`` (an option the prometheus collector declares)."""
+    yield from capture_files(ctx, NAME)
+
+
 # -- sniffing ----------------------------------------------------------------------------------
 
 def sniff(name: str, head: str) -> dict[str, int]:
@@ -58,13 +63,13 @@ def sniff(name: str, head: str) -> dict[str, int]:
     delimiter = _delimiter(lines[0])
     if delimiter is None:
         return {}
-    header = [c.strip().strip('"').lower() for c in next(csv.reader([lines[0]], delimiter=delimiter))]
+    header = [c.strip().strip('"').lower() for c in _cells(lines[0], delimiter)]
     if any(word in cell for cell in header for word in NOT_OURS):
         return {}
     time_col = _find(header, TIME_COLUMNS)
     if time_col is None:
         return {}
-    rows = [next(csv.reader([line], delimiter=delimiter)) for line in lines[1:]]
+    rows = [_cells(line, delimiter) for line in lines[1:]]
     rows = [r for r in rows if len(r) == len(header)]
     if not rows or not all(parse_time(r[time_col]) for r in rows[:5]):
         return {}
@@ -72,7 +77,7 @@ def sniff(name: str, head: str) -> dict[str, int]:
     if not numeric:
         return {}
     if _find(header, NAME_COLUMNS) is not None and _find(header, VALUE_COLUMNS) is not None:
-        return {"metrics_csv": 75}
+        return {"metrics_csv": 92}  # time + name + value columns: unmistakably a long-form series table
     known = any(series.canonical_from_words(header[i]) for i in numeric)
     return {"metrics_csv": 65 if known or name.lower().endswith((".csv", ".tsv")) else 40}
 
@@ -102,7 +107,7 @@ def _numeric_column(rows: list[list[str]], index: int) -> bool:
     """Mostly numbers in the first rows (a stray "n/a" does not turn a value column into a label)."""
     cells = [r[index].strip() for r in rows if index < len(r) and r[index].strip()]
     numeric = sum(1 for c in cells if _number(c) is not None or c.lower() in ("nan", "inf", "-inf", "+inf"))
-    return bool(cells) and numeric >= 0.8 * len(cells)
+    return bool(cells) and numeric > 0.5 * len(cells)
 
 
 def parse_time(text: str) -> datetime | None:
@@ -144,7 +149,7 @@ def _parse_csv(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
     if first is None:
         return
     delimiter = _delimiter(first[1]) or ","
-    header = [c.strip().strip('"') for c in next(csv.reader([first[1]], delimiter=delimiter))]
+    header = [c.strip().strip('"') for c in _cells(first[1], delimiter)]
     lower = [c.lower() for c in header]
     time_col = _find(lower, TIME_COLUMNS)
     if time_col is None:

@@ -392,7 +392,13 @@ def _api_doc(doc: Any, ctx: ParseContext, query: str | None, line: int | None, s
         if not isinstance(item, dict):
             yield Skipped(line, "result entry is not an object")
             continue
-        metric = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
+        raw_metric = item.get("metric") or {}
+        values = item.get("values") if item.get("values") is not None else (
+            [item["value"]] if item.get("value") is not None else [])
+        if not isinstance(raw_metric, dict) or not isinstance(values, list):
+            yield Skipped(line, "malformed result entry")
+            continue
+        metric = {str(k): str(v) for k, v in raw_metric.items()}
         name = metric.pop("__name__", None)
         labels = dict(metric)
         if name is None:
@@ -402,7 +408,6 @@ def _api_doc(doc: Any, ctx: ParseContext, query: str | None, line: int | None, s
         elif query:
             labels.setdefault("query", query)
         labels.update(extra or {})
-        values = item.get("values") or ([item["value"]] if item.get("value") else [])
         if item.get("histograms") or item.get("histogram"):
             yield Skipped(line, "native histogram samples are not supported")
         stored = series.tag(name, labels, series.canonical(name, labels))
@@ -567,7 +572,10 @@ def capture(ctx: CaptureContext) -> Iterator[Artifact]:
     options = ctx.options
     budget = float(options.get(f"timeout_{NAME}") or TIMEOUT) * float(options.get("timeout_scale") or 1.0)
     deadline = time.monotonic() + budget - 2.0
-    yield from _capture_files(ctx, options.get("latency") or [])
+    if not (options.get("prom") or options.get("prom_server") or options.get("latency")):
+        ctx.missing("serving metrics", "not requested: pass --prom URL, --prom-server URL or --latency FILE")
+        return
+    yield from capture_files(ctx, NAME, report_unclaimed=True)
     for server in options.get("prom_server") or []:
         for query in options.get("query") or [default_query()]:
             artifact = _range_query(ctx, server, query, options.get("prom_step"), deadline)
@@ -593,27 +601,30 @@ def capture(ctx: CaptureContext) -> Iterator[Artifact]:
             time.sleep(max(pause, 0))
 
 
-def _capture_files(ctx: CaptureContext, paths: list[str]) -> Iterator[Artifact]:
-    """--latency files whose kind is ours; the other latency kinds belong to their own collector."""
-    from collectors import registry
+def capture_files(ctx: CaptureContext, owner: str, *, report_unclaimed: bool = False) -> Iterator[Artifact]:
+    """The ``--latency`` files whose sniffed kind collector ``owner`` parses (each collector stores
+    its own kinds, so the right parser reads them). With ``report_unclaimed``, files no running
+    collector will take are recorded as missing, with the reason."""
+    from collectors import registry  # deferred: the registry imports every collector, this one included
 
     running = set(ctx.options.get("only") or [m.NAME for m in registry.all_collectors()])
     running -= set(ctx.options.get("skip") or [])
-    for path in paths:
+    for path in ctx.options.get("latency") or []:
         try:
             with open(path, "rb") as f:
                 head = f.read(64 << 10).decode("utf-8", "replace")
         except OSError as exc:
-            ctx.missing(path, f"unavailable: {exc.strerror or exc}")
+            if report_unclaimed:
+                ctx.missing(path, f"unavailable: {exc.strerror or exc}")
             continue
         found = registry.sniff(path, head)
-        if found is None:
-            ctx.missing(path, "not a recognised latency or metrics format")
-        elif found[1].NAME == NAME:
+        if found is not None and found[1].NAME == owner:
             artifact = ctx.read_file(path, kind=found[0])
             if artifact is not None:
                 yield artifact
-        elif found[1].NAME not in running:
+        elif report_unclaimed and found is None:
+            ctx.missing(path, "not a recognised latency or metrics format")
+        elif report_unclaimed and found is not None and found[1].NAME not in running:
             ctx.missing(path, f"{found[0]} is read by collector {found[1].NAME}, which is not running")
 
 
