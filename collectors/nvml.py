@@ -456,10 +456,10 @@ class HealthTracker:
             self.state[key] = signature
             out.append(Event(kind=kind, message=message, ts=sample.ts, ts_origin=ts_origin if sample.ts else "none",
                              ts_approx=ts_approx, ts_raw=ts_raw, host=sample.host, source=self.source, layer=layer,
-                             severity=severity, gpu=sample.gpu if sample.gpu != "unknown" else None, attrs=attrs,
+                             severity=severity, gpu=event_gpu(sample.gpu), attrs=_with_key(attrs, sample.gpu),
                              line=lines.get(kind, sample.line)))
 
-        where = f"GPU {sample.gpu}"
+        where = f"GPU {sample.gpu}" if sample.gpu != "unknown" else "GPU"
         reasons = sample.throttle_reasons or []
         bad = [r for r in BAD_THROTTLE if r in reasons]
         idle = bool(extra.get("gpu_idle")) or "gpu_idle" in reasons
@@ -518,12 +518,24 @@ class HealthTracker:
             self.state[key] = signature
             out.append(Event(kind="nvlink_down", ts=sample.ts, ts_origin=ts_origin if sample.ts else "none",
                              ts_approx=ts_approx, host=sample.host, source=self.source, layer="hardware",
-                             severity="error", gpu=sample.gpu if sample.gpu != "unknown" else None,
+                             severity="error", gpu=event_gpu(sample.gpu),
                              message=f"GPU {sample.gpu} NVLink links down: {', '.join(map(str, down))} "
                                      f"({len(active)} active, peers have {expected})",
-                             attrs={"links": down, "active": len(active), "expected": expected},
+                             attrs=_with_key({"links": down, "active": len(active), "expected": expected},
+                                             sample.gpu),
                              line=sample.line))
         return out
+
+
+def event_gpu(key: str) -> str | None:
+    """An event's ``gpu`` is a PCI id or null (DESIGN.md); other sample keys go to attrs.gpu_key."""
+    return normalize_pci(key) if key and normalize_pci(key) == key else None
+
+
+def _with_key(attrs: dict[str, Any], key: str) -> dict[str, Any]:
+    if event_gpu(key) is None and key != "unknown":
+        return {**attrs, "gpu_key": key}
+    return attrs
 
 
 def _load_note(sample: GpuSample) -> str:

@@ -216,8 +216,9 @@ def test_a_link_down_and_link_errors_on_one_a100():
     rec["devices"][2]["nvlinks"]["errors"] = {"5": {str(pynvml.NVML_NVLINK_ERROR_DL_RECOVERY): 4}}
     _, rows = replay(rec)
     (down,) = events(rows, "nvlink_down")
-    assert down.gpu == "GPU-483e6bb6-bb11-8916-e22f-d1d69abbafaa"
-    assert down.attrs == {"links": [3], "active": 11, "expected": 12}
+    assert down.gpu is None, "no PCI id in this recording: the event's gpu stays null, the key goes to attrs"
+    assert down.attrs == {"links": [3], "active": 11, "expected": 12,
+                          "gpu_key": "GPU-483e6bb6-bb11-8916-e22f-d1d69abbafaa"}
     (err,) = events(rows, "nvlink_error")
     assert err.attrs["total"] == 4 and err.attrs["links"] == {"5": {"recovery": 4}}
 
