@@ -43,8 +43,9 @@ KINDS = ("prom_text", "prom_api_json", "prom_query_log")
 TIMEOUT = 30.0
 PRIORITY = 50
 
-MAX_JSON_BYTES = 256 << 20
-"""An API body is one JSON document and must be read whole; larger ones are refused, not loaded."""
+MAX_JSON_BYTES = 64 << 20
+"""An API body is one JSON document and must be read whole (as Python objects, ~10x its size); larger
+ones are refused with a counted skip rather than loaded. Split such queries by time or series."""
 MAX_FETCH_BYTES = 64 << 20
 REQUEST_TIMEOUT = 10.0
 MAX_POINTS = 11_000
@@ -330,10 +331,7 @@ def describe_query(query: str | None) -> tuple[str | None, dict[str, str]]:
     if not query:
         return None, {}
     labels: dict[str, str] = {"query": query}
-    for m in _MATCHER.finditer(query):
-        start = m.start()
-        if start > 0 and query[start - 1] in "!~=" or query[m.end("name"):m.start("quote")].strip() != "=":
-            continue
+    for m in _MATCHER.finditer(query):  # equality matchers only: `=~` and `!=` do not fit the pattern
         labels.setdefault(m.group("name"), m.group("value"))
     if r := _RANGE.search(query):
         labels["range"] = r.group("range")

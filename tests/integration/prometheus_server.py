@@ -88,7 +88,8 @@ class PrometheusServer:
     def start(self, page: str) -> PrometheusServer:
         prometheus = shutil.which("prometheus")
         if prometheus is None:
-            raise PrometheusError("prometheus is not installed (Debian package 'prometheus'; see scripts/system-deps.sh)")
+            raise PrometheusError("prometheus is not installed (Debian package 'prometheus'; "
+                                  "see scripts/system-deps.sh)")
         for path in (self.www, self.log, self.data):
             path.mkdir(parents=True)
         self.set_page(page)

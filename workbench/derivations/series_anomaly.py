@@ -17,6 +17,7 @@ Event kinds (layer): ``latency_spike``, ``error_rate_spike``, ``queue_backlog``,
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections import defaultdict
@@ -78,32 +79,50 @@ class Onset:
 
 def find_onset(values: Sequence[float], *, direction: int = 1, rel: float = 0.5, floor: float = 0.0,
                z: float = Z_THRESHOLD, min_baseline: int = MIN_BASELINE, persist: int = 2) -> Onset | None:
-    """First run of points that left the trailing baseline (robust z and magnitude), or None."""
-    clean = [v for v in values if math.isfinite(v)]
-    if len(clean) != len(values):
-        values = clean
+    """First run of points that left the trailing baseline (robust z and magnitude), or None.
+
+    The baseline window is kept sorted, so its median costs one bisect per point; the MAD is only
+    computed for points that already pass the magnitude test (rare on a healthy curve)."""
+    values = [v for v in values if math.isfinite(v)]
     n = len(values)
+    window = sorted(values[max(0, min_baseline - BASELINE_POINTS):min_baseline])
     for i in range(min_baseline, n):
-        base = values[max(0, i - BASELINE_POINTS):i]
-        median = statistics.median(base)
-        mad = statistics.median(abs(b - median) for b in base)
-        scale = max(MAD_TO_SIGMA * mad, 1e-12)
+        median = _sorted_median(window)
         need = max(rel * abs(median), floor)
+        if direction * (values[i] - median) >= need and direction * (values[i] - median) > 0:
+            onset = _run_from(values, i, window, median, need, direction, z, persist)
+            if onset is not None:
+                return onset
+        bisect.insort(window, values[i])
+        if i - BASELINE_POINTS >= 0:
+            del window[bisect.bisect_left(window, values[i - BASELINE_POINTS])]
+    return None
 
-        def score(value: float, median: float = median, scale: float = scale, need: float = need) -> float:
-            shift = direction * (value - median)
-            return shift / scale if shift >= need and shift > 0 else 0.0
 
-        first = score(values[i])
-        if first < z:
-            continue
-        j = i
-        while j + 1 < n and score(values[j + 1]) >= z:
-            j += 1
-        run = values[i:j + 1]
-        if j - i + 1 >= persist or (j == n - 1 and first >= 2 * z):
-            peak = max(run) if direction > 0 else min(run)
-            return Onset(i, j, median, peak, max(score(v) for v in run))
+def _sorted_median(ordered: list[float]) -> float:
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _run_from(values: list[float], i: int, window: list[float], median: float, need: float, direction: int,
+              z: float, persist: int) -> Onset | None:
+    """The anomalous run starting at ``i`` against this baseline, if it is long (or extreme) enough."""
+    scale = max(MAD_TO_SIGMA * statistics.median(abs(b - median) for b in window), 1e-12)
+
+    def score(value: float) -> float:
+        shift = direction * (value - median)
+        return shift / scale if shift >= need and shift > 0 else 0.0
+
+    first = score(values[i])
+    if first < z:
+        return None
+    j = i
+    while j + 1 < len(values) and score(values[j + 1]) >= z:
+        j += 1
+    run = values[i:j + 1]
+    if j - i + 1 >= persist or (j == len(values) - 1 and first >= 2 * z):
+        peak = max(run) if direction > 0 else min(run)
+        return Onset(i, j, median, peak, max(score(v) for v in run))
     return None
 
 
