@@ -174,8 +174,10 @@ def sniff(name: str, head: str) -> dict[str, int]:
         return {"dnf_rpm_log": 85}
     if any(_HISTORY_HEAD.match(ln) for ln in lines[:10]):
         return {"yum_history": 95}
-    if _records_header(lines[0]) or _json_records_head(head):
+    if _records_header(lines[0]):
         return {"change_records": 85}
+    if score := _json_records_score(head):
+        return {"change_records": score}
     if sum(1 for ln in lines[:200] if _PIP_FREEZE.match(ln)) >= 5:
         return {"pip_freeze": 80}
     if re.match(r"^Package\s+Version\s*(?:Location|Editable project location)?\s*$", lines[0]) and len(lines) > 2 \
@@ -191,12 +193,18 @@ def _records_header(first: str) -> bool:
     return bool(cols & set(WHAT_KEYS)) and bool(cols & set(TS_KEYS)) and len(cols) <= 40
 
 
-def _json_records_head(head: str) -> bool:
+def _json_records_score(head: str) -> int:
+    """85 for JSON records with a ``what`` key, 75 with a synonym; 0 for other JSON (Kubernetes
+    objects, Prometheus API answers, host facts), which other collectors read."""
     text = head.lstrip()
     if not text.startswith(("[", "{")):
-        return False
-    keys = set(re.findall(r'"([A-Za-z_]+)"\s*:', text[:4096]))
-    return "what" in keys and bool(keys & set(TS_KEYS))
+        return 0
+    keys = {k.lower() for k in re.findall(r'"([A-Za-z_]+)"\s*:', text[:4096])}
+    if keys & {"apiversion", "resulttype", "hostname", "metadata"} or not keys & set(TS_KEYS):
+        return 0
+    if "what" in keys:
+        return 85
+    return 75 if keys & {"component", "service", "package", "model", "application"} else 0
 
 
 # -- parsing ------------------------------------------------------------------------------------
