@@ -144,16 +144,25 @@ def _key_where(since: datetime | None, until: datetime | None, kinds: tuple[str,
     return " WHERE " + " AND ".join(clauses), params
 
 
+_SUBKIND_SQL = ("coalesce(json_extract_string(attrs, '$.reason'), json_extract_string(attrs, '$.state'), "
+                "json_extract_string(attrs, '$.severity'), json_extract_string(attrs, '$.xid'), "
+                "json_extract_string(attrs, '$.metric'))")
+"""What splits a kind into groups worth showing apart: a Kubernetes reason, a job or node state, an AER
+severity, an Xid code, a metric."""
+
+
 def key_events(bundle: Bundle, *, since: datetime | None = None, until: datetime | None = None,
                per_group: int = 3, kinds: tuple[str, ...] = KEY_KINDS) -> list[dict[str, Any]]:
-    """The first ``per_group`` key events of each layer and kind, oldest first, each with ``group_count``
-    (events of its layer/kind in the range) and ``group_hosts``: a timeline summary of any size."""
+    """The first ``per_group`` key events of each layer, kind and sub-kind (reason, state, Xid, ...),
+    oldest first, each with ``group_count`` (events of its group in the range) and ``group_hosts``:
+    a timeline summary of any size."""
     where, params = _key_where(since, until, kinds)
     cols = ", ".join(EVENT_COLUMNS)
+    group = f"layer, kind, {_SUBKIND_SQL}"
     sql = (f"WITH k AS (SELECT {cols}, "
-           f"row_number() OVER (PARTITION BY layer, kind ORDER BY {ORDER}) AS rn, "
-           f"count(*) OVER (PARTITION BY layer, kind) AS group_count, "
-           f"count(DISTINCT host) OVER (PARTITION BY layer, kind) AS group_hosts FROM event{where}) "
+           f"row_number() OVER (PARTITION BY {group} ORDER BY {ORDER}) AS rn, "
+           f"count(*) OVER (PARTITION BY {group}) AS group_count, "
+           f"count(DISTINCT host) OVER (PARTITION BY {group}) AS group_hosts FROM event{where}) "
            f"SELECT {cols}, group_count, group_hosts FROM k WHERE rn <= ? ORDER BY {ORDER}")
     out = []
     for values in bundle.con.execute(sql, params + [per_group]).fetchall():

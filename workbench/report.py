@@ -16,6 +16,7 @@ per-kind SQL aggregates (:func:`workbench.query.key_events`), never from loading
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import asdict, is_dataclass
 from datetime import datetime, timedelta, timezone
@@ -307,6 +308,7 @@ def _quote(bundle: Bundle, ev: dict[str, Any], row: dict[str, Any] | None,
     return {"ts": _ts(ev.get("ts")) or (row["ts"] if row else None), "approx": bool(row and row["ts_approx"]),
             "host": ev.get("host") or (row["host"] if row else None), "kind": row["kind"] if row else None,
             "text": text, "artifact": sha, "artifact_name": art["source"] if art else None, "line": line,
+            "source": ev.get("source") or (row["source"] if row else None),
             "trigger": False, "of_total": None}
 
 
@@ -320,16 +322,21 @@ def _impact(bundle: Bundle, analysis: dict[str, Any], hyps: list[dict[str, Any]]
     bad = f"{window} AND severity IN ('error', 'critical')"
     hosts = sorted({r[0] for r in con.execute(f"SELECT DISTINCT host FROM event WHERE {bad} AND host IS NOT NULL",
                                               params).fetchall()} | {h["host"] for h in hyps[:1] if h.get("host")})
+    # GPUs named by device-level errors only: every rank's timeout names its GPU too, which says
+    # nothing about that GPU's health
     gpus = {(h, g) for h, g in con.execute(
-        f"SELECT DISTINCT host, gpu FROM event WHERE {bad} AND gpu IS NOT NULL", params).fetchall()}
+        f"SELECT DISTINCT host, gpu FROM event WHERE {bad} AND gpu IS NOT NULL AND layer IN ('gpu', 'hardware') "
+        "LIMIT 64", params).fetchall()}
     gpus |= {(h.get("host"), h["gpu"]) for h in hyps[:1] if h.get("gpu")}
     ranks = {r[0] for r in con.execute(f"SELECT DISTINCT rank FROM event WHERE {bad} AND rank IS NOT NULL",
                                        params).fetchall()}
     ranks |= {int(r) for h in hyps[:1] for r in h.get("ranks") or []}
-    jobs = _jobs(bundle, start, end)
     recovery = times.get("recovery")
     stop = recovery["ts"] if recovery else end
+    jobs = _jobs(bundle, start, end)
     start = times["start"]["ts"] if times.get("start") else start
+    if start is not None:  # jobs that ended before the incident began are history, not impact
+        jobs = [j for j in jobs if j["last"] >= start or j["state"] in ("RUNNING", "PENDING", "REQUEUED")]
     out: dict[str, Any] = {
         "start": start, "end": stop, "duration": (stop - start) if start and stop else None,
         "duration_approx": not recovery, "hosts": hosts,
@@ -441,7 +448,7 @@ def _inference_impact(bundle: Bundle, start: datetime | None, end: datetime | No
         points, label, threshold, basis = curve["points"], curve["label"], curve["threshold"], curve["basis"]
         peak_at, peak = max(points, key=lambda p: (p[1], p[0]))
         over = [ts for ts, v in points if v > threshold]
-        out.update(peak_p99_ms=round(peak, 1), peak_at=peak_at, metric=label, slo_ms=round(threshold, 1),
+        out.update(peak_p99_ms=round(peak), peak_at=peak_at, metric=label, slo_ms=round(threshold),
                    slo_basis=basis, breach_start=over[0] if over else None, breach_end=over[-1] if over else None,
                    breach=(over[-1] - over[0]) if over else None)
     return out
@@ -523,8 +530,10 @@ def _contributing(hyps: list[dict[str, Any]], root: dict[str, Any] | None, cause
         if root and h.get("cause") == root["cause"] and h.get("host") == root.get("host"):
             continue
         where = ", ".join(x for x in (h.get("host"), h.get("gpu")) if x)
-        out.append({"text": f"{_cause_title(causes, h.get('cause'))}" + (f" ({where})" if where else "") +
-                    (f": {h['summary']}" if h.get("summary") else ""),
+        title = _cause_title(causes, h.get("cause")) + (f" ({where})" if where else "")
+        summary = h.get("summary") or ""
+        text = summary if summary.startswith(title.split(" (")[0]) else f"{title}: {summary}" if summary else title
+        out.append({"text": text,
                     "by": f"engine, score {float(h.get('score') or 0):.2f}", "layer": h.get("layer")})
     for e in state.retro.get("factor", []):
         out.append({"text": e.body.get("text", ""), "by": e.author, "layer": None})
@@ -605,13 +614,24 @@ def _evidence(bundle: Bundle, verify: bool) -> dict[str, Any]:
                          "reason": f"{a['skipped']} of {a['lines']} lines skipped"})
     seal = bundle.last_seal()
     problems = bundle.verify() if verify else []
+    folder = _common_folder([a["source"] for a in arts])
     return {"artifacts": [{"sha256": a["sha256"], "collector": a["collector"] or "-", "kind": a["kind"],
-                           "host": a["host"], "source": a["source"], "size": a["size"], "lines": a["lines"],
-                           "events": a["events"]} for a in arts],
+                           "host": a["host"], "source": a["source"][len(folder):] if folder else a["source"],
+                           "size": a["size"], "lines": a["lines"], "events": a["events"]} for a in arts],
+            "folder": folder,
             "total_size": sum(a["size"] for a in arts), "gaps": gaps,
             "root_digest": bundle.root_digest(), "sealed_digest": seal["root_digest"] if seal else None,
             "sealed_at": seal["sealed_at"] if seal else None, "complete": bool(seal and seal["complete"]),
             "verified": verify, "verify_ok": verify and not problems, "problems": problems}
+
+
+def _common_folder(sources: list[str]) -> str:
+    """The folder all ingested files share (``/tmp/x/evidence/``), so the table shows short paths."""
+    paths = [p for p in sources if p.startswith("/")]
+    if len(paths) < 2 or len(paths) != len(sources):
+        return ""
+    prefix = os.path.commonpath(paths)
+    return prefix.rstrip("/") + "/" if prefix not in ("", "/") and prefix not in paths else ""
 
 
 # -- summary ---------------------------------------------------------------------------------------
@@ -623,12 +643,13 @@ def _summary(state: journal.JournalState, root: dict[str, Any] | None, impact: d
     if root is None:
         return {"text": "The analysis named no root cause; the timeline and evidence below are what was collected.",
                 "by": "generated", "generated": True}
-    where = " ".join(x for x in (f"on {root['host']}" if root.get("host") else "",
-                                 f"GPU {root['gpu']}" if root.get("gpu") else "") if x)
-    parts = [f"{root['title']}{' ' + where if where else ''}"
-             + (f", first seen {_fmt_ts(root['first_seen'])} UTC." if root.get("first_seen") else ".")]
     if root.get("summary"):
-        parts.append(root["summary"].rstrip(".") + ".")
+        parts = [root["summary"].rstrip(".") + "."]
+    else:
+        where = " ".join(x for x in (f"on {root['host']}" if root.get("host") else "",
+                                     f"GPU {root['gpu']}" if root.get("gpu") else "") if x)
+        parts = [f"{root['title']}{' ' + where if where else ''}"
+                 + (f", first seen {_fmt_ts(root['first_seen'])} UTC." if root.get("first_seen") else ".")]
     failed = [j["job"] for j in impact["jobs"] if j["failed"]]
     if failed:
         parts.append(f"Job {', '.join(failed)} failed.")
@@ -638,7 +659,7 @@ def _summary(state: journal.JournalState, root: dict[str, Any] | None, impact: d
     if impact.get("inference") and impact["inference"].get("breach"):
         inf = impact["inference"]
         parts.append(f"The latency SLO was breached for {_fmt_duration(inf['breach'])} (peak {inf['metric']} "
-                     f"{inf['peak_p99_ms']:g} ms).")
+                     f"{inf['peak_p99_ms']} ms).")
     return {"text": " ".join(parts), "by": "generated from the analysis", "generated": True}
 
 
