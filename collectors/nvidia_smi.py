@@ -474,7 +474,10 @@ class TextParser:
     """Feeds each line to the block that is open, or opens the block the line starts. Shared with
     the nvidia-bug-report parser, which hands it the lines of its nvidia-smi section."""
 
-    def __init__(self, ctx: ParseContext, *, host: str | None = None) -> None:
+    def __init__(self, ctx: ParseContext, *, host: str | None = None,
+                 snapshot: tuple[datetime, str] | None = None) -> None:
+        """``snapshot``: the time and origin for outputs without a clock, when the caller knows better
+        than the file's capture time or mtime (the bug report's ``date`` line)."""
         self.ctx = ctx
         self.host = host
         self.tracker = HealthTracker()
@@ -482,7 +485,7 @@ class TextParser:
         self.pending_date: tuple[datetime, str] | None = None
         self.dcgm_host: str | None = None
         self.dcgm_pod: str | None = None
-        self.snapshot = ctx.snapshot_time()
+        self.snapshot = snapshot or ctx.snapshot_time()
 
     def clock(self, ts: datetime | None = None, raw: str | None = None) -> Clock:
         if ts is not None:

@@ -719,22 +719,17 @@ def _xid_event(event: dict[str, Any], devices: dict[int | None, dict[str, Any]],
 
 
 def xid_catalog_attrs(xid: int | None) -> dict[str, Any]:
-    """Meaning, layer and severity of an Xid from the kernel collector's catalog, when it is there."""
+    """Name, meaning, action, layer and severity of an Xid from the kernel collector's catalog
+    (collectors/xid_catalog.py), so an Xid seen by NVML or DCGM reads like one from the kernel log."""
     if xid is None:
         return {}
     try:
-        from collectors import kernel
+        from collectors.xid_catalog import lookup
     except ImportError:
-        return {}
-    lookup = getattr(kernel, "xid_info", None)
-    if lookup is None:
         return {}
     try:
         info = lookup(xid)
-    except Exception:  # a catalog problem must not cost the event itself
+    except Exception:  # a broken catalog must not cost the event itself
         return {}
-    if not info:
-        return {}
-    data = info if isinstance(info, dict) else plain(info)
-    out = {key: data[key] for key in ("meaning", "layer", "severity", "action", "follower") if key in data}
-    return out
+    return {"name": info.name, "meaning": info.meaning, "action": info.action, "follower": info.follower,
+            "causes": list(info.causes), "layer": info.layer, "severity": info.severity}

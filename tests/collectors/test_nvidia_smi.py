@@ -432,3 +432,55 @@ def test_sniff_leaves_other_formats_alone():
 def test_parse_survives_junk(data):
     rows = list(nvidia_smi.parse("nvidia_smi", io.BytesIO(data), ParseContext(host="h")))
     assert all(isinstance(r, (Skipped, Event, GpuSample, GpuInventory)) for r in rows)
+
+
+def _fake_nvidia_smi(folder: Path, xml_fails: bool) -> None:
+    """An nvidia-smi that prints real recorded outputs from the corpus, by argument."""
+    nvml = CORPUS / "nvml"
+    xml = nvml / "rtx4070_laptop_575_nvidia-smi-q-x_partial.xml"
+    text = nvml / "gpud_nvidia-smi-q_535_rtx4090_sw_power_cap_active.txt"
+    nvlink = nvml / "gpud_nvidia-smi_nvlink_status_8xA100.txt"
+    first = "echo 'Failed to initialize NVML: Unknown Error'; exit 255" if xml_fails else f'cat "{xml}"'
+    lines = ["#!/bin/sh", 'case "$*" in', f'  "-q -x") {first} ;;', f'  "-q") cat "{text}" ;;',
+             f'  "nvlink --status") cat "{nvlink}" ;;', '  "nvlink -e") exit 0 ;;', "  *) exit 2 ;;", "esac", ""]
+    script = folder / "nvidia-smi"
+    script.write_text("\n".join(lines))
+    script.chmod(0o755)
+
+
+@pytest.mark.parametrize("xml_fails", [False, True], ids=["xml", "xml_fails_q_fallback"])
+def test_live_capture_runs_nvidia_smi(tmp_path, monkeypatch, xml_fails):
+    from workbench.capture import capture
+
+    _fake_nvidia_smi(tmp_path, xml_fails)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    path, outcomes, _ = capture(tmp_path / "b.duckdb", only=["nvidia_smi"])
+    (outcome,) = outcomes
+    assert outcome.status == "ok", outcome.reason
+    with Bundle.open(path) as b:
+        artifacts = [(a["source"], a["kind"]) for a in b.artifacts()]
+        throttles = b.con.execute("SELECT gpu FROM event WHERE kind = 'gpu_throttle'").fetchall()
+        names = {r[0] for r in b.con.execute("SELECT name FROM gpu_inventory").fetchall()}
+    expected = [("nvidia-smi -q -x", "nvidia_smi_xml")] + ([("nvidia-smi -q", "nvidia_smi_q")] if xml_fails else [])
+    assert artifacts == expected + [("nvidia-smi nvlink --status", "nvidia_smi_nvlink"),
+                                    ("nvidia-smi nvlink -e", "nvidia_smi_nvlink")]
+    assert "NVIDIA A100-SXM4-80GB" in names
+    if xml_fails:
+        assert throttles == [("0000:23:00.0",)] and "NVIDIA GeForce RTX 4090" in names
+    else:
+        assert throttles == [] and "NVIDIA GeForce RTX 4070 Laptop GPU" in names
+        assert "NVIDIA GeForce RTX 4090" not in names
+
+
+def test_live_capture_without_nvidia_smi_says_so(tmp_path, monkeypatch):
+    from workbench.capture import capture
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    path, outcomes, _ = capture(tmp_path / "b.duckdb", only=["nvidia_smi"])
+    (outcome,) = outcomes
+    assert (outcome.status, outcome.reason) == ("unavailable", "unavailable: command not found")
+
+
+def test_safe_capture_skips_every_collector_that_touches_the_gpu():
+    touching = {m.NAME for m in registry.all_collectors() if getattr(m, "TOUCHES_GPU", False)}
+    assert {"nvml", "nvidia_smi"} <= touching
