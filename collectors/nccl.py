@@ -229,8 +229,8 @@ def iso_stamp(text: str) -> _Stamp | None:
 _NCCL_HDR = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
                        r"(?:(?P<src>[^\s]+?:\d+)(?: \((?P<func>[^)]*)\))? )?"
                        r"NCCL (?P<lvl>INFO|WARN|ERROR|ABORT|TRACE|CALL)(?: |$)")
-_NCCL_BARE = re.compile(r"(?:(?P<src>[^\s]+?:\d+) )?NCCL (?P<lvl>WARN|ERROR|ABORT) (?P<msg>.*)|"
-                        r"NCCL version (?P<ver>\S+)")
+_NCCL_BARE = re.compile(r"(?:(?P<src>[^\s]+?:\d+) )?NCCL (?P<lvl>WARN|ERROR|ABORT) (?P<msg>.*)")
+_BARE_VERSION = re.compile(r"NCCL version (?P<ver>\S+)")
 _INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) n[Rr]anks (?P<nranks>\d+)")
 _INIT_FIELDS = {name: re.compile(rf"\b{name} (?P<v>[0-9a-fA-Fx]+)") for name in
                 ("cudaDev", "nvmlDev", "busId", "commId", "nNodes", "localRanks", "localRank")}
@@ -439,6 +439,10 @@ class _Reader:
         gap = 0
         known_i, known_off = 0, 0
         has_nul = b"\x00" in data
+        if lines and max(map(len, lines)) > MAX_LINE_BYTES:
+            for i, raw in enumerate(lines):
+                if len(raw) > MAX_LINE_BYTES:
+                    yield Skipped(base + i + 1, "line longer than 1 MiB")
         for i, raw in enumerate(lines):
             if self.cont is None:
                 if b"NCCL INFO " in raw and raw.count(b"NCCL ") == 1:
@@ -562,6 +566,8 @@ class _Reader:
     # -- one line ----------------------------------------------------------------------------------------------
 
     def _line(self, lineno: int, raw: bytes) -> Iterator[Row]:
+        if len(raw) > MAX_LINE_BYTES:
+            return
         if b"\x00" in raw:
             yield Skipped(lineno, "binary data (NUL bytes)")
             return
@@ -595,11 +601,11 @@ class _Reader:
                     yield Skipped(lineno, "interleaved or cut NCCL line")
                 yield from got
             return
-        if m := _NCCL_BARE.match(rest):
-            if m.group("ver"):
-                self.file_version = self.file_version or m.group("ver")
-                yield from self._tell_version(pre.host or self.ctx.host, m.group("ver"))
-                return
+        if m := _BARE_VERSION.match(rest):
+            self.file_version = self.file_version or m.group("ver")
+            yield from self._tell_version(pre.host or self.ctx.host, m.group("ver"))
+            return
+        if m := _NCCL_BARE.search(rest):
             finding = _nccl_warn(m.group("msg"), m.group("lvl"))
             if m.group("src"):
                 finding.attrs.setdefault("file", m.group("src").rsplit("/", 1)[-1])
