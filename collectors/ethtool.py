@@ -34,6 +34,8 @@ EVENTS = {
 }
 
 MAX_INTERFACES = 64
+MAX_COUNTERS = 50_000
+"""A ConnectX port prints about 1,500 counters; far more means the file is not ethtool output."""
 
 _ERROR_NAME = re.compile(r"drop|discard|miss|err|crc|fifo|overrun|over_errors|no_buffer|out_of_buffer|frame"
                          r"|carrier|collision|abort|timeout|jabber|oversize|undersize|fragment|illegal"
@@ -233,6 +235,9 @@ class _Parser:
             return
         if block.section == "ethtool -S":
             if m := _STAT_LINE.match(line):
+                if len(block.counters) >= MAX_COUNTERS:
+                    yield Skipped(n, f"more than {MAX_COUNTERS} counters in one section")
+                    return
                 block.counters[m.group(1).strip()] = int(m.group(2))
             else:
                 yield Skipped(n, "not an 'ethtool -S' counter line")

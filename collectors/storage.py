@@ -30,6 +30,7 @@ import os
 import re
 import statistics
 import time
+from collections import deque
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any, BinaryIO
@@ -54,8 +55,8 @@ KINDS = ("iostat", "diskstats", "df", "nfsstat", "mountstats", "checkpoint_listi
 TIMEOUT = 30.0
 
 EVENTS = {
-    "disk_await_high": "a device's await far above its own baseline: device, column, await_ms, baseline_ms, "
-                       "util_pct, aqu_sz, report",
+    "disk_await_high": "onset of a run of iostat reports (or a diskstats interval) whose await is far above the "
+                       "device's own baseline: device, column, await_ms, baseline_ms, util_pct, aqu_sz, report",
     "disk_stall": "requests in flight and none completed over a diskstats interval: device, inflight, seconds",
     "filesystem_full": "df use >= 95 %: mount, use_pct, filesystem, fstype, avail_kb, inodes (bool)",
     "nfs_retrans": "NFS client RPC retransmissions or major timeouts: server, mount, retrans, timeouts, calls",
@@ -76,6 +77,8 @@ SINGLE_REPORT_AWAIT_MS = 200.0
 MAX_LISTING = 200_000
 MAX_PARTIAL_EVENTS = 50
 CONTEXT_LINES = 40
+CONTEXT_CHARS = 2048
+"""Lines kept to decide whether a write error happened inside a checkpoint save, each cut short."""
 
 _READ_ONLY_FS = {"squashfs", "iso9660", "udf", "cramfs", "erofs"}
 
@@ -229,6 +232,9 @@ _IOSTAT_TIME = [
     (re.compile(r"^(\d\d/\d\d/\d\d) (\d\d:\d\d:\d\d)(?: ([AP]M))?\s*$"), "us2"),
 ]
 _AWAIT_COLUMNS = ("await", "r_await", "w_await")
+IOSTAT_SERIES = frozenset({"r_s", "w_s", "rkB_s", "wkB_s", "rsec_s", "wsec_s", "r_await", "w_await", "await",
+                           "f_await", "aqu_sz", "avgqu_sz", "util_pct", "tps"})
+"""iostat columns kept as series: rates, latencies, queue and %util (merges and sizes are derivable noise)."""
 
 
 def _column_name(col: str) -> str:
@@ -263,6 +269,32 @@ def _iostat_time(line: str) -> tuple[datetime | None, str | None]:
     return None, None
 
 
+class _AwaitWatch:
+    """Per device and await column: the calmest value seen so far is the baseline (the first
+    report of ``iostat -x`` is the since-boot average, a natural one); an event marks the onset of
+    each run of outlying reports, not every report of a long stall."""
+
+    def __init__(self) -> None:
+        self.baseline: dict[tuple[str, str], float] = {}
+        self.high: set[str] = set()
+
+    def check(self, device: str, values: dict[str, float]) -> tuple[str, float, float | None] | None:
+        found = None
+        for col in _AWAIT_COLUMNS:
+            if col not in values:
+                continue
+            baseline = self.baseline.get((device, col))
+            if found is None and _await_outlier(values[col], baseline):
+                found = (col, values[col], baseline)
+            self.baseline[(device, col)] = values[col] if baseline is None else min(baseline, values[col])
+        onset = found is not None and device not in self.high
+        if found is None:
+            self.high.discard(device)
+        else:
+            self.high.add(device)
+        return found if onset else None
+
+
 def _parse_iostat(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
     host: str | None = None
     report = 0
@@ -271,8 +303,8 @@ def _parse_iostat(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
     columns: list[str] | None = None
     cpu_header: list[str] | None = None
     seen_in_report: set[str] = set()
-    rows: list[tuple[int, str, dict[str, float], datetime | None, str | None, int]] = []
-    snapshot, snap_origin = ctx.snapshot_time()
+    watch = _AwaitWatch()
+    snapshot, _ = ctx.snapshot_time()
     for n, line in ctx.lines(stream):
         stripped = line.strip()
         if not stripped:
@@ -320,41 +352,25 @@ def _parse_iostat(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
             seen_in_report = set()
         seen_in_report.add(device)
         values = {c: v for c, raw in zip(columns, parts[1:]) if (v := _number(raw)) is not None}
-        rows.append((report, device, values, report_ts, report_origin, n))
-    yield from _iostat_rows(ctx, host, rows, snapshot, snap_origin)
-
-
-def _iostat_rows(ctx: ParseContext, host: str | None,
-                 rows: list[tuple[int, str, dict[str, float], datetime | None, str | None, int]],
-                 snapshot: datetime | None, snap_origin: str) -> Iterator[Row]:
-    by_device: dict[str, list[tuple[int, dict[str, float], datetime | None, str | None, int]]] = {}
-    for report, device, values, ts, origin, n in rows:
-        by_device.setdefault(device, []).append((report, values, ts, origin, n))
-        when = ts or snapshot
-        if when is None:
+        when = report_ts or snapshot
+        if when is not None:
+            labels = {"device": device, "report": str(report)}
+            for col, value in values.items():
+                if col in IOSTAT_SERIES:
+                    yield SeriesPoint(ts=when, name=f"iostat.{col}", value=value, host=host, labels=labels)
+        found = watch.check(device, values)
+        if found is None:
             continue
-        for col, value in values.items():
-            yield SeriesPoint(ts=when, name=f"iostat.{col}", value=value, host=host,
-                              labels={"device": device, "report": str(report)})
-    for device, reports in by_device.items():
-        for idx, (report, values, ts, origin, n) in enumerate(reports):
-            for col in _AWAIT_COLUMNS:
-                if col not in values:
-                    continue
-                others = [r[1][col] for j, r in enumerate(reports) if j != idx and col in r[1]]
-                baseline = min(others) if others else None
-                if not _await_outlier(values[col], baseline):
-                    continue
-                attrs = {"device": device, "column": col, "await_ms": values[col], "baseline_ms": baseline,
-                         "util_pct": values.get("util_pct"), "aqu_sz": values.get("aqu_sz", values.get("avgqu_sz")),
-                         "report": report}
-                base_text = f"baseline {baseline:.2f} ms" if baseline is not None else "no baseline report"
-                event = _snapshot_event(ctx, "disk_await_high", f"{device}: {col} {values[col]:.1f} ms ({base_text}, "
-                                        f"%util {values.get('util_pct', float('nan')):.0f})", "warning", attrs, n,
-                                        ts, origin)
-                event.host = host
-                yield event
-                break
+        col, value, baseline = found
+        attrs = {"device": device, "column": col, "await_ms": value, "baseline_ms": baseline,
+                 "util_pct": values.get("util_pct"), "aqu_sz": values.get("aqu_sz", values.get("avgqu_sz")),
+                 "report": report}
+        base_text = f"baseline {baseline:.2f} ms" if baseline is not None else "no earlier report"
+        util = f", %util {values['util_pct']:.0f}" if "util_pct" in values else ""
+        event = _snapshot_event(ctx, "disk_await_high", f"{device}: {col} {value:.1f} ms ({base_text}{util})",
+                                "warning", attrs, n, report_ts, report_origin)
+        event.host = host
+        yield event
 
 
 # -- /proc/diskstats ----------------------------------------------------------------------------
@@ -363,14 +379,16 @@ _DISKSTATS_HEAD = re.compile(r"^#\s*diskstats sample (\d+) at (\S+)")
 
 
 def _parse_diskstats(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
-    samples: list[tuple[datetime | None, dict[str, tuple[list[int], int]]]] = []
     # Fields after the name: reads, reads merged, sectors read, ms reading, writes, writes merged,
     # sectors written, ms writing, I/Os in flight, ms doing I/O, weighted ms (Documentation/iostats).
-    current: dict[str, tuple[list[int], int]] | None = None
+    snapshot, snap_origin = ctx.snapshot_time()
+    previous: tuple[datetime | None, dict[str, tuple[list[int], int]]] | None = None
+    current: tuple[datetime | None, dict[str, tuple[list[int], int]]] | None = None
     for n, line in ctx.lines(stream):
         if m := _DISKSTATS_HEAD.match(line):
-            current = {}
-            samples.append((_iso(m.group(2)), current))
+            if previous is not None and current is not None:
+                yield from _diskstats_interval(ctx, previous, current, snapshot, snap_origin)
+            previous, current = current, (_iso(m.group(2)), {})
             continue
         parts = line.split()
         if not parts or line.startswith("#"):
@@ -381,46 +399,53 @@ def _parse_diskstats(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
         device = parts[2]
         if device.startswith(("loop", "ram", "zram")):
             continue
-        if current is None or device in current:
-            current = {}
-            samples.append((None, current))
-        current[device] = ([int(p) for p in parts[3:14]], n)
-    snapshot, snap_origin = ctx.snapshot_time()
-    for (t0, first), (t1, second) in zip(samples, samples[1:]):
-        seconds = (t1 - t0).total_seconds() if t0 and t1 else None
-        for device, (after, n) in second.items():
-            if device not in first:
-                continue
-            before = first[device][0]
-            d = [a - b for a, b in zip(after, before)]
-            if any(x < 0 for x in d[:8]):
-                continue
-            ios = d[0] + d[4]
-            busy_ms = d[3] + d[7]
-            total_ios = before[0] + before[4]
-            baseline = (before[3] + before[7]) / total_ios if total_ios else None
-            when = t1 or snapshot
-            inflight = after[8]
-            if when is not None:
-                labels = {"device": device}
-                if ios:
-                    yield SeriesPoint(ts=when, name="disk.await_ms", value=busy_ms / ios, labels=labels)
-                if seconds:
-                    yield SeriesPoint(ts=when, name="disk.util_pct", value=min(100.0, d[9] / (seconds * 10)),
-                                      labels=labels)
-                yield SeriesPoint(ts=when, name="disk.inflight", value=float(inflight), labels=labels)
-            origin = "iso" if t1 else snap_origin
-            if ios and _await_outlier(busy_ms / ios, baseline):
-                yield _snapshot_event(ctx, "disk_await_high",
-                                      f"{device}: await {busy_ms / ios:.1f} ms over the interval "
-                                      f"(since-boot average {baseline or 0:.2f} ms)", "warning",
-                                      {"device": device, "column": "await", "await_ms": busy_ms / ios,
-                                       "baseline_ms": baseline, "ios": ios, "seconds": seconds}, n, when, origin)
-            elif not ios and inflight > 0 and d[9] > 0:
-                yield _snapshot_event(ctx, "disk_stall",
-                                      f"{device}: {inflight} request(s) in flight, none completed"
-                                      + (f" in {seconds:.1f} s" if seconds else " between samples"), "error",
-                                      {"device": device, "inflight": inflight, "seconds": seconds}, n, when, origin)
+        if current is None or device in current[1]:
+            if previous is not None and current is not None:
+                yield from _diskstats_interval(ctx, previous, current, snapshot, snap_origin)
+            previous, current = current, (None, {})
+        current[1][device] = ([int(p) for p in parts[3:14]], n)
+    if previous is not None and current is not None:
+        yield from _diskstats_interval(ctx, previous, current, snapshot, snap_origin)
+
+
+def _diskstats_interval(ctx: ParseContext, earlier: tuple[datetime | None, dict[str, tuple[list[int], int]]],
+                        later: tuple[datetime | None, dict[str, tuple[list[int], int]]], snapshot: datetime | None,
+                        snap_origin: str) -> Iterator[Row]:
+    (t0, first), (t1, second) = earlier, later
+    seconds = (t1 - t0).total_seconds() if t0 and t1 else None
+    for device, (after, n) in second.items():
+        if device not in first:
+            continue
+        before = first[device][0]
+        d = [a - b for a, b in zip(after, before)]
+        if any(x < 0 for x in d[:8]):
+            continue
+        ios = d[0] + d[4]
+        busy_ms = d[3] + d[7]
+        total_ios = before[0] + before[4]
+        baseline = (before[3] + before[7]) / total_ios if total_ios else None
+        when = t1 or snapshot
+        inflight = after[8]
+        if when is not None:
+            labels = {"device": device}
+            if ios:
+                yield SeriesPoint(ts=when, name="disk.await_ms", value=busy_ms / ios, labels=labels)
+            if seconds:
+                yield SeriesPoint(ts=when, name="disk.util_pct", value=min(100.0, d[9] / (seconds * 10)),
+                                  labels=labels)
+            yield SeriesPoint(ts=when, name="disk.inflight", value=float(inflight), labels=labels)
+        origin = "iso" if t1 else snap_origin
+        if ios and _await_outlier(busy_ms / ios, baseline):
+            yield _snapshot_event(ctx, "disk_await_high",
+                                  f"{device}: await {busy_ms / ios:.1f} ms over the interval "
+                                  f"(since-boot average {baseline or 0:.2f} ms)", "warning",
+                                  {"device": device, "column": "await", "await_ms": busy_ms / ios,
+                                   "baseline_ms": baseline, "ios": ios, "seconds": seconds}, n, when, origin)
+        elif not ios and inflight > 0 and d[9] > 0:
+            yield _snapshot_event(ctx, "disk_stall",
+                                  f"{device}: {inflight} request(s) in flight, none completed"
+                                  + (f" in {seconds:.1f} s" if seconds else " between samples"), "error",
+                                  {"device": device, "inflight": inflight, "seconds": seconds}, n, when, origin)
 
 
 # -- df -----------------------------------------------------------------------------------------
@@ -754,29 +779,30 @@ def write_failure(line: str) -> dict[str, Any] | None:
 
 
 def _parse_log(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
-    recent: list[str] = []
-    last_ts: datetime | None = None
-    last_raw: str | None = None
+    recent: deque[str] = deque(maxlen=CONTEXT_LINES)
+    last_stamp: re.Match[str] | None = None
+    learned = False
     for n, line in ctx.lines(stream):
-        if m := _LOG_TS.search(line[:64]):
-            when = _log_time(m)
-            if when is not None:
-                last_ts, last_raw = when, m.group(0)
-                ctx.learn_reference_time(ctx.host, when)
+        own = _LOG_TS.search(line, 0, 64)
+        if own:
+            last_stamp = own
+            if not learned and (first := _log_time(own)) is not None:
+                ctx.learn_reference_time(ctx.host, first)
+                learned = True
+        recent.append(line[:CONTEXT_CHARS])
+        if not _WRITE_FAIL.search(line):
+            continue
         failure = write_failure(line)
-        recent.append(line)
-        if len(recent) > CONTEXT_LINES:
-            recent.pop(0)
         if failure is None:
             continue
         in_checkpoint = failure["checkpoint_api"] or any(_CKPT_CONTEXT.search(r) for r in recent)
         kind = "checkpoint_write_failed" if in_checkpoint else "storage_error"
-        own = _LOG_TS.search(line[:64])
+        ts = _log_time(last_stamp) if last_stamp else None
         attrs = {k: v for k, v in failure.items() if k != "checkpoint_api"}
         errno = f" ({failure['errno']})" if failure["errno"] else ""
         yield Event(kind=kind, message=f"{'checkpoint write failed' if in_checkpoint else 'storage error'}{errno}: "
-                    f"{failure['error']}"[:400], ts=last_ts, ts_origin=("iso" if own else "neighbour") if last_ts
-                    else "none", ts_approx=bool(last_ts and not own), ts_raw=last_raw if last_ts else None,
+                    f"{failure['error']}"[:400], ts=ts, ts_origin=("iso" if own else "neighbour") if ts else "none",
+                    ts_approx=bool(ts and not own), ts_raw=last_stamp.group(0) if ts and last_stamp else None,
                     severity="error", attrs=attrs, line=n)
 
 
