@@ -966,7 +966,7 @@ def capture(ctx: CaptureContext) -> Iterator[Artifact]:
 _SNIFF_NCCL = re.compile(r"[\w.\-]+:\d+:\d+ \[\d+\] (?:\S+ )?NCCL (?:INFO|WARN|ERROR)|^NCCL version \d", re.M)
 _SNIFF_TORCH = re.compile(r"ProcessGroupNCCL|WorkNCCL\(|NCCL error|torch\.distributed\.elastic|ChildFailedError|"
                           r"Root Cause \(first observed failure\)|CUDA out of memory|CUDA error: |OutOfMemoryError|"
-                          r"DistBackendError|ncclSystemError|ncclRemoteError")
+                          r"DistBackendError|ncclSystemError|ncclRemoteError|Not all ranks joining collective")
 _SNIFF_TRAIN = re.compile(r"""['"]loss['"]: (?:nan|inf)|lm loss: (?:nan|NaN)|loss=nan|found NaN in|OVERFLOW! Rank|"""
                           r"Gradient overflow\.")
 
