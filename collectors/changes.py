@@ -27,6 +27,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -123,6 +124,8 @@ def add_capture_arguments(parser: Any) -> None:
 def capture(ctx: CaptureContext) -> Iterator[Artifact]:
     found = False
     for path, kind in PACKAGE_LOGS:
+        if not os.path.exists(path):
+            continue
         artifact = ctx.read_file(path, kind=kind, max_bytes=32 << 20)
         if artifact is not None:
             found = True

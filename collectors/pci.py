@@ -4,8 +4,9 @@ A GPU or NIC on a x8 link where it should have x16, or one at Gen1 speed, halves
 and makes that rank the straggler of every collective; AER status bits are what is left of the
 correctable/uncorrectable errors once the kernel log has rotated. GPUs lower their link speed at
 idle to save power (newer lspci then marks the speed "(downgraded)"), so width degradation is
-always flagged, speed degradation only when lspci marks it, and a GPU's speed-only downgrade is an
-``info`` event (it may be idle power saving); NICs do not idle down, so theirs is a warning.
+always flagged, speed degradation only when lspci marks it, and a GPU's speed-only downgrade is
+the separate ``info`` kind ``pcie_link_downshift`` (lspci cannot tell idle power saving from a
+fault); NICs do not idle down, so their lower speed is ``pcie_link_degraded``.
 AER status is read on every device: the root port above a GPU is usually where errors land.
 
 Artifact kind: ``lspci_vv`` (``lspci -vv``/``-vvv``, with or without ``-D``/``-nn``).
@@ -30,6 +31,8 @@ TIMEOUT = 20.0
 EVENTS = {
     "pcie_link_degraded": "a GPU or NIC link below its capability: device (PCI id), role, cap_speed, cap_width, "
                           "sta_speed, sta_width, degraded (width/speed), marked (lspci said 'downgraded')",
+    "pcie_link_downshift": "a GPU link at full width but lower speed, as idle power saving does (info; a fault "
+                           "only if the GPU was busy when lspci ran): same attrs as pcie_link_degraded",
     "pcie_aer": "AER status bits set: severity (corrected / uncorrected_nonfatal / uncorrected_fatal), device, "
                 "bits (list), role",
 }
@@ -169,8 +172,10 @@ def _link_rows(device: _Device, ts: datetime | None, origin: str) -> Iterator[Ro
         severity = "warning"
     else:
         severity = "info" if device.role == "gpu" else "warning"
-    note = " (a GPU lowers its link speed when idle)" if degraded == "speed" and device.role == "gpu" else ""
-    yield Event(kind="pcie_link_degraded", ts=ts, ts_origin=origin if ts else "none", ts_approx=origin == "mtime",
+    downshift = degraded == "speed" and device.role == "gpu"
+    note = " (a GPU lowers its link speed when idle)" if downshift else ""
+    yield Event(kind="pcie_link_downshift" if downshift else "pcie_link_degraded", ts=ts,
+                ts_origin=origin if ts else "none", ts_approx=origin == "mtime",
                 severity=severity, gpu=device.pci if device.role == "gpu" else None, line=line,
                 message=f"{device.pci} {device.name}: link {sta_speed} x{sta_width}, capable {cap_speed} "
                         f"x{cap_width}{note}",

@@ -216,7 +216,7 @@ def test_driver_upgrade_through_ingest_with_host_folder(tmp_path: Path) -> None:
     assert facts == [("node07", "versions.driver", "550.90.07"), ("node07", "versions.nccl", "2.21.5")]
 
 
-def test_capture_reads_package_logs_and_change_files(tmp_path: Path) -> None:
+def test_capture_reads_package_logs_and_change_files(tmp_path: Path, monkeypatch) -> None:
     records = tmp_path / "deploys.json"
     records.write_text(json.dumps(RECORDS_JSON))
     read: list[tuple[str, str]] = []
@@ -233,9 +233,11 @@ def test_capture_reads_package_logs_and_change_files(tmp_path: Path) -> None:
         def missing(self, what, reason):
             notes.append(what)
 
+    monkeypatch.setattr(changes.os.path, "exists", lambda p: p in ("/var/log/dpkg.log", "/var/log/dnf.rpm.log"))
     found = list(changes.capture(Ctx()))
     assert found == [("/var/log/dpkg.log", "dpkg_log"), (str(records), "change_records")]
     assert ("/var/log/dnf.rpm.log", "dnf_rpm_log") in read and notes == []
+    assert ("/var/log/yum.log", "yum_log") not in read, "absent package managers are not a coverage gap"
 
 
 REAL_LINES = (DPKG + APT_HISTORY + YUM_LOG + DNF_RPM + YUM_HISTORY + RECORDS_CSV).splitlines()

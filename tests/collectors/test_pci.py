@@ -98,7 +98,9 @@ def test_degraded_gpu_width_and_aer_bits() -> None:
 
 
 def test_idle_gpu_speed_downshift_is_info_only() -> None:
-    events = _events(_rows(IDLE_GPU), "pcie_link_degraded")
+    rows = _rows(IDLE_GPU)
+    assert _events(rows, "pcie_link_degraded") == []
+    events = _events(rows, "pcie_link_downshift")
     assert len(events) == 1
     assert events[0].severity == "info" and events[0].attrs["degraded"] == "speed"
     assert events[0].attrs["device"] == "0000:62:00.0" and "idle" in events[0].message
@@ -129,8 +131,8 @@ def test_lspci_through_ingest(tmp_path: Path) -> None:
     path.write_text(DEGRADED_GPU + IDLE_GPU)
     events = ingest_timeline(tmp_path / "b.duckdb", tmp_path / "evidence")
     kinds = sorted((e["kind"], e["severity"]) for e in events)
-    assert kinds == [("pcie_aer", "error"), ("pcie_aer", "warning"), ("pcie_link_degraded", "info"),
-                     ("pcie_link_degraded", "warning")]
+    assert kinds == [("pcie_aer", "error"), ("pcie_aer", "warning"), ("pcie_link_degraded", "warning"),
+                     ("pcie_link_downshift", "info")]
     assert all(e["layer"] == "hardware" and e["host"] == "gpu07" for e in events)
 
 
