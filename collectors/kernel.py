@@ -1,0 +1,498 @@
+"""Kernel log: NVRM Xid/SXid, fallen-off-the-bus, PCIe AER, MCE, OOM kills, hung tasks, link and NFS
+state, Lustre/LNet, from a live host or from handed-over dmesg/journal/syslog files.
+
+Live, the journal is asked first (``journalctl -k``, this boot and the two before: after a reboot the
+evidence is in the previous boot), else ``dmesg``, else /var/log/kern.log, messages or syslog; pstore
+dumps of a crashed boot are kept too. A syslog file next to a journal or dmesg that only covers this
+boot is kept as ``syslog_before_boot``: only its lines from before the boot become events, so nothing
+is counted twice.
+
+Parsing is built for multi-GB logs: the bytes are scanned in 4 MiB blocks by a vectorised prefilter
+(numpy compares for a few rare anchor bytes, then an 8-byte window check around each anchor), so only
+lines that can be events reach the per-line regexes of collectors/kernel_lines.py. Line counts come
+from the same newline index; nothing holds more than a block in memory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any, BinaryIO
+
+from collectors.base import MAX_LINE_BYTES, Artifact, CaptureContext, Event, ParseContext, Row, Skipped
+from collectors.kernel_lines import STAMPED, Classifier, Prefix, Record, Stamp, exact, resolve, split_prefix
+
+NAME = "kernel"
+LAYER = "hardware"
+KINDS = ("dmesg", "dmesg_ctime", "dmesg_iso", "journal", "syslog", "kmsg", "pstore", "syslog_before_boot")
+TIMEOUT = 20.0
+PRIORITY = 10
+"""After host facts (boot times), before the collectors whose year-less lines take dates from ours."""
+
+BLOCK_BYTES = 4 << 20
+FILE_TAIL_BYTES = 128 << 20
+PSTORE_DIRS = ("/var/lib/systemd/pstore", "/sys/fs/pstore")
+NEIGHBOUR_LINES = 32
+CONTINUATION_LINES = 16
+
+
+def xid_info(code: int) -> dict[str, Any]:
+    """The catalog entry of an Xid as plain data, for other collectors (NVML's Xid events)."""
+    from collectors.xid_catalog import lookup
+
+    info = lookup(code)
+    return {"name": info.name, "meaning": info.meaning, "layer": info.layer, "severity": info.severity,
+            "action": info.action, "follower": info.follower, "causes": list(info.causes)}
+
+
+# -- live capture -------------------------------------------------------------------------------
+def capture(ctx: CaptureContext) -> Iterator[Artifact]:
+    journal_ok, previous_boots = yield from _journal(ctx)
+    dmesg_ok = False
+    if not journal_ok:
+        dmesg_ok = yield from _dmesg(ctx)
+    if not previous_boots:
+        yield from _log_files(ctx, before_boot=journal_ok or dmesg_ok)
+    yield from _pstore(ctx)
+
+
+def _head(art: Artifact, size: int = 64 << 10) -> str:
+    if art.path is None:
+        return (art.data or b"")[:size].decode("utf-8", "replace")
+    try:
+        with open(art.path, "rb") as f:
+            return f.read(size).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _has_entries(art: Artifact) -> bool:
+    """journalctl prints ``-- No entries --`` and exits 0 when it has nothing; dmesg may print nothing."""
+    return any(line.strip() and not line.startswith("-- ") for line in _head(art).splitlines())
+
+
+def _reason(art: Artifact, default: str) -> str:
+    err = str(art.info.get("error") or art.info.get("stderr") or "").strip()
+    first = err.splitlines()[0] if err else default
+    if "not permitted" in err or "denied" in err.lower():
+        return f"denied: {first}"
+    if art.info.get("timed_out"):
+        return "timeout: " + first
+    return f"unavailable: {first}"
+
+
+def _journal(ctx: CaptureContext) -> Iterator[Artifact]:
+    if not ctx.which("journalctl"):
+        ctx.missing("journalctl -k", "unavailable: journalctl not installed")
+        return False, False
+    since = [f"--since=@{int(ctx.since.timestamp())}"] if ctx.since else []
+    art = None
+    fmt = "short-iso-precise"
+    for fmt in ("short-iso-precise", "short-iso"):  # short-iso-precise needs systemd 234
+        art = ctx.run(["journalctl", "-k", "--no-pager", "-o", fmt, *since], kind="journal", timeout=8)
+        if _has_entries(art) or art.info.get("exit_code") == 0:
+            break
+    if art is None or not _has_entries(art):
+        ctx.missing("journalctl -k", _reason(art, "no kernel messages in the journal") if art is not None
+                    else "unavailable")
+        return False, False
+    yield art
+    boots = ctx.run(["journalctl", "--list-boots", "--no-pager", "-q"], kind="journal_boots", timeout=4)
+    count = sum(1 for line in _head(boots).splitlines() if line.strip() and not line.startswith(("IDX", "--")))
+    for offset in range(1, min(count, 3)):
+        previous = ctx.run(["journalctl", "-k", "--no-pager", "-o", fmt, "-b", f"-{offset}", *since], kind="journal",
+                           timeout=5)
+        if _has_entries(previous):
+            yield previous
+    return True, count > 1
+
+
+def _dmesg(ctx: CaptureContext) -> Iterator[Artifact]:
+    if not ctx.which("dmesg"):
+        ctx.missing("dmesg", "unavailable: dmesg not installed")
+        return False
+    art = ctx.run(["dmesg", "--time-format", "iso"], kind="dmesg_iso", timeout=5)
+    if not _has_entries(art):  # util-linux before 2.27 has no --time-format: raw seconds since boot
+        art = ctx.run(["dmesg"], kind="dmesg", timeout=5)
+    if _has_entries(art):
+        yield art
+        return True
+    ctx.missing("dmesg", _reason(art, "empty kernel ring buffer"))
+    return False
+
+
+def _log_files(ctx: CaptureContext, before_boot: bool) -> Iterator[Artifact]:
+    """The first of kern.log, messages, syslog (they repeat each other); the tail of a big one."""
+    kind = "syslog_before_boot" if before_boot else "syslog"
+    for path in ("/var/log/kern.log", "/var/log/messages", "/var/log/syslog"):
+        if not os.path.exists(path):
+            continue
+        try:
+            big = os.path.getsize(path) > FILE_TAIL_BYTES
+        except OSError:
+            big = False
+        art = (ctx.run(["tail", "-c", str(FILE_TAIL_BYTES), path], kind=kind, timeout=5) if big
+               else ctx.read_file(path, kind=kind))
+        if art is not None:
+            yield art
+            return
+    if not before_boot:
+        ctx.missing("/var/log/kern.log, messages, syslog", "unavailable: no kernel log file")
+
+
+def _pstore(ctx: CaptureContext) -> Iterator[Artifact]:
+    """Crash dumps the kernel left in persistent storage; absent on most hosts, which is fine."""
+    found = 0
+    for root in PSTORE_DIRS:
+        try:
+            walk = sorted(os.walk(root))
+        except OSError:
+            continue
+        for dirpath, _, files in walk:
+            for fname in sorted(files):
+                if found >= 64:
+                    return
+                art = ctx.read_file(os.path.join(dirpath, fname), kind="pstore", max_bytes=16 << 20)
+                if art is not None:
+                    found += 1
+                    yield art
+
+
+# -- sniffing ------------------------------------------------------------------------------------
+_BARE_TAGS = ("NVRM:", "nvidia-nvswitch", "pcieport ", "mce: ", "EDAC ", "nfs: server", "INFO: task", "Out of memory",
+              "oom-kill:", "LustreError:", "Lustre:", "LNet:", "mlx5_core ", "IPv6: ADDRCONF", "[Hardware Error]",
+              "Call Trace:", "NETDEV WATCHDOG")
+_STYLE_KIND = {"mono": "dmesg", "ctime": "dmesg_ctime", "iso": "dmesg_iso", "journal": "journal", "syslog": "syslog",
+               "kmsg": "kmsg"}
+
+
+def sniff(name: str, head: str) -> dict[str, int]:
+    """Confident only for text whose lines are kernel-log lines; a system log that is mostly other
+    programs, or a few kernel-looking lines inside something else, scores low."""
+    lines = [line for line in head.splitlines()[:400] if line.strip()][:200]
+    if not lines:
+        return {}
+    if lines[0].startswith(("Oops#", "Panic#", "Emergency#")) or "pstore" in name.lower():
+        return {"pstore": 90}
+    styles: Counter[str] = Counter()
+    counted = 0
+    for line in lines:
+        if line[:1] in (" ", "\t"):
+            continue
+        counted += 1
+        pre, msg = split_prefix(line)
+        style = _kernel_style(pre, msg)
+        if style:
+            styles[style] += 1
+    kernelish = sum(styles.values())
+    if not kernelish or not counted:
+        return {}
+    style, _ = styles.most_common(1)[0]
+    frac = kernelish / counted
+    strong = style != "kmsg"
+    if frac >= 0.6:
+        score = 90 if strong else 75
+    elif frac >= 0.2:
+        score = 60 if strong else 40
+    else:
+        score = 30 if style in ("journal", "syslog") else 15
+    lowered = name.lower()
+    if any(hint in lowered for hint in ("dmesg", "kern", "journal", "messages", "syslog")):
+        score += 5
+    return {_STYLE_KIND[style]: score}
+
+
+def _kernel_style(pre: Prefix, msg: str) -> str | None:
+    if pre.style == "mono":
+        return "mono" if len((pre.raw or "").split(".")[-1]) == 6 else None  # Xorg prints 3 decimals
+    if pre.style in ("ctime", "iso"):
+        return pre.style
+    if pre.style in ("journal", "syslog"):
+        return pre.style if pre.ident == "kernel" else None
+    if pre.ident == "kernel" or msg.startswith(_BARE_TAGS):
+        return "kmsg"
+    return None
+
+
+# -- parsing ---------------------------------------------------------------------------------------
+KEYWORDS = (b"NVRM", b"SXid", b"AER:", b"PCIe Bus Error", b"DPC: containment", b"pciehp", b"PCIe bandwidth",
+            b"[Hardware Error]", b"EDAC", b"temperature above threshold", b"Killed process", b"oom-kill",
+            b"INFO: ", b"BUG: soft lockup", b"hard LOCKUP", b"Kernel panic", b"Link ", b"link is not ready",
+            b"link becomes ready", b"link status definitely", b"Releasing backup", b"Releasing active",
+            b"without any active interface", b"infiniband", b"rdma_", b"mlx5_", b"NETDEV WATCHDOG",
+            b"Port module event", b": server ", b"Lustre", b"LNet", b"segfault at", b"general protection", b"nvidia",
+            b"I/O error", b"Linux version")
+"""Literals a line must hold to be looked at by the per-line parser; every handler of
+collectors/kernel_lines.py is reachable through at least one of them."""
+
+RARITY = b"QZJXVKWYHUBGFqzjkvwyODLMCIPRTNASEbgfpxhmucdltrisnoae"
+"""Bytes from rarest to commonest in kernel logs: each keyword is anchored at its rarest byte."""
+
+
+class _Prefilter:
+    """Keyword candidates of a block without a Python loop per line: one numpy compare per anchor
+    byte, then the 8 bytes around each anchor against the keywords anchored there."""
+
+    def __init__(self) -> None:
+        import numpy as np  # deferred: numpy costs ~0.1 s to import and capture never needs it
+
+        self.np = np
+        by_anchor: dict[int, dict[int, set[int]]] = {}
+        for kw in KEYWORDS:
+            i = min(range(len(kw)), key=lambda j: (RARITY.find(bytes([kw[j]])) % 1000,
+                                                   -(min(j, 3) + min(len(kw) - j, 5))))
+            lo = max(0, i - 3)
+            window = kw[lo:i + 5]
+            shift = 3 - (i - lo)
+            value = int.from_bytes(window, "little") << (8 * shift)
+            mask = ((1 << (8 * len(window))) - 1) << (8 * shift)
+            by_anchor.setdefault(kw[i], {}).setdefault(mask, set()).add(value)
+        self.anchors = [(anchor, [(np.uint64(mask), np.array(sorted(vals), dtype=np.uint64))
+                                  for mask, vals in masks.items()])
+                        for anchor, masks in by_anchor.items()]
+
+    def scan(self, block: bytes) -> tuple[Any, Any]:
+        """(newline positions, sorted positions of keyword anchors) of one block."""
+        np = self.np
+        padded = b"\n\n\n" + block + b"\n" * 8
+        arr = np.frombuffer(padded, dtype=np.uint8)[3:3 + len(block)]
+        words = np.ndarray(shape=(len(block),), dtype="<u8", buffer=padded, offset=0, strides=(1,))
+        hits = []
+        for anchor, masks in self.anchors:
+            pos = np.flatnonzero(arr == anchor)
+            if not pos.size:
+                continue
+            vals = words[pos]
+            found = np.zeros(pos.size, dtype=bool)
+            for mask, allowed in masks:
+                found |= np.isin(vals & mask, allowed)
+            if found.any():
+                hits.append(pos[found])
+        newlines = np.flatnonzero(arr == 10)
+        if not hits:
+            return newlines, np.empty(0, dtype=np.int64)
+        return newlines, np.unique(np.concatenate(hits))
+
+
+class _Parser:
+    """State of one artifact's parse: block reading, line numbers, neighbour times, the classifier."""
+
+    def __init__(self, kind: str, ctx: ParseContext) -> None:
+        self.kind = kind
+        self.ctx = ctx
+        self.prefilter = _Prefilter()
+        self.np = self.prefilter.np
+        self.classifier = Classifier()
+        self.last_stamp: Stamp | None = None
+        self.referenced: set[str] = set()
+        self.boot_cut = None
+        if kind == "syslog_before_boot":
+            boot = ctx.boot_time_for(ctx.host)
+            self.boot_cut = boot - timedelta(seconds=2) if boot else None
+
+    # -- blocks ---------------------------------------------------------------------------------
+    def run(self, stream: BinaryIO) -> Iterator[Row]:
+        """Blocks that end at a line boundary not followed by a continuation line (one block of
+        read-ahead tells the last block apart); a line longer than MAX_LINE_BYTES is counted as skipped."""
+        carry = b""
+        line = 1
+        skipping = False
+        too_long = f"line longer than {MAX_LINE_BYTES >> 20} MiB"
+        chunk = stream.read(BLOCK_BYTES)
+        while chunk:
+            following = stream.read(BLOCK_BYTES)
+            if skipping:
+                nl = chunk.find(b"\n")
+                if nl < 0:
+                    chunk = following
+                    continue
+                chunk, skipping = chunk[nl + 1:], False
+            data = carry + chunk if carry else chunk
+            carry = b""
+            if not following:
+                if data:
+                    line += (yield from self._block(data, line)) + (0 if data.endswith(b"\n") else 1)
+                break
+            chunk = following
+            cut = _safe_cut(data)
+            if cut == 0:
+                if len(data) < MAX_LINE_BYTES:
+                    carry = data
+                    continue
+                nl = data.find(b"\n")
+                if nl < 0 or nl == len(data) - 1:
+                    yield Skipped(line, too_long)
+                    line += 1
+                    skipping = nl < 0
+                    continue
+                cut = data.rfind(b"\n") + 1
+            block, carry = data[:cut], data[cut:]
+            line += yield from self._block(block, line)
+            self.ctx.lines_read = line - 1
+        self.ctx.lines_read = line - 1
+        yield from self.classifier.flush()
+
+    def _block(self, block: bytes, first_line: int) -> Iterator[Row]:
+        """Rows of one block; returns (through StopIteration) how many newlines it holds."""
+        np = self.np
+        newlines, hits = self.prefilter.scan(block)
+        starts = np.concatenate(([0], newlines + 1))
+        bad: set[int] = set()
+        for idx, reason in self._bad_lines(block, newlines):
+            if idx not in bad:
+                bad.add(idx)
+                yield Skipped(first_line + idx, reason)
+        first_long = int(newlines[0]) if newlines.size else len(block)
+        if first_long > MAX_LINE_BYTES and 0 not in bad:
+            bad.add(0)
+            yield Skipped(first_line, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
+        if not hits.size:
+            return newlines.size
+        heads: list[int] = []
+        seen: set[int] = set()
+        for idx in np.unique(np.searchsorted(newlines, hits)).tolist():
+            head = self._head_of(block, starts, idx)
+            if head not in seen and head not in bad:
+                seen.add(head)
+                heads.append(head)
+        heads.sort()
+        for idx in heads:
+            text, used = self._record_text(block, starts, newlines, idx, bad)
+            if text is None:
+                continue
+            yield from self._record(text, first_line + idx, block, starts, idx)
+        return newlines.size
+
+    def _bad_lines(self, block: bytes, newlines: Any) -> Iterator[tuple[int, str]]:
+        """Lines that are not text: NUL bytes or invalid UTF-8 (found without decoding good blocks)."""
+        np = self.np
+        if b"\x00" in block:
+            arr = np.frombuffer(block, dtype=np.uint8)
+            for idx in np.unique(np.searchsorted(newlines, np.flatnonzero(arr == 0))).tolist():
+                yield idx, "binary data (NUL bytes)"
+        if block.isascii():
+            return
+        try:
+            block.decode("utf-8")
+            return
+        except UnicodeDecodeError:
+            pass
+        arr = np.frombuffer(block, dtype=np.uint8)
+        starts = np.concatenate(([0], newlines + 1))
+        for idx in np.unique(np.searchsorted(newlines, np.flatnonzero(arr >= 0x80))).tolist():
+            end = int(newlines[idx]) if idx < newlines.size else len(block)
+            try:
+                block[int(starts[idx]):end].decode("utf-8")
+            except UnicodeDecodeError:
+                yield idx, "not UTF-8 text"
+
+    def _head_of(self, block: bytes, starts: Any, idx: int) -> int:
+        """An indented line continues the record above it (dmesg prints multi-line messages so)."""
+        head = idx
+        while head > 0 and idx - head < CONTINUATION_LINES and block[int(starts[head]):int(starts[head]) + 1] in (
+                b" ", b"\t"):
+            head -= 1
+        if head != idx:
+            pre, _ = split_prefix(self._line(block, starts, head))
+            if pre.style not in ("mono", "ctime", "iso"):
+                return idx
+        return head
+
+    @staticmethod
+    def _line(block: bytes, starts: Any, idx: int) -> str:
+        start = int(starts[idx])
+        end = int(starts[idx + 1]) - 1 if idx + 1 < len(starts) else len(block)
+        return block[start:end].decode("utf-8", "replace").rstrip("\r\n")
+
+    def _record_text(self, block: bytes, starts: Any, newlines: Any, idx: int,
+                     bad: set[int]) -> tuple[str | None, int]:
+        start = int(starts[idx])
+        end = int(newlines[idx]) if idx < newlines.size else len(block)
+        if end - start > MAX_LINE_BYTES:
+            return None, 0
+        text = block[start:end].decode("utf-8", "replace").rstrip("\r")
+        used = 0
+        nxt = idx + 1
+        while used < CONTINUATION_LINES and nxt < len(starts) and nxt not in bad:
+            s = int(starts[nxt])
+            if block[s:s + 1] not in (b" ", b"\t"):
+                break
+            e = int(newlines[nxt]) if nxt < newlines.size else len(block)
+            if e - s > 4096:
+                break
+            text += " " + block[s:e].decode("utf-8", "replace").strip()
+            used += 1
+            nxt += 1
+        return text, used
+
+    def _record(self, text: str, line: int, block: bytes, starts: Any, idx: int) -> Iterator[Row]:
+        pre, message = split_prefix(text)
+        if pre.ident is not None and pre.ident != "kernel":
+            return  # another program's line in a system log
+        stamp = resolve(pre, self.ctx, use_boot=self.kind != "pstore")
+        if pre.style == "none":
+            stamp = self._neighbour(block, starts, idx)
+        elif stamp.ts is not None or pre.style != "mono":
+            self.last_stamp = stamp
+        if self.boot_cut is not None and stamp.ts is not None and stamp.ts >= self.boot_cut:
+            return
+        host = pre.host
+        if (when := exact(stamp)) is not None and (host or "") not in self.referenced:
+            self.referenced.add(host or "")
+            self.ctx.learn_reference_time(host or self.ctx.host, when)
+        following = _following(block, starts, idx)
+        rec = Record(message=message.strip(), stamp=stamp, host=host, line=line, level=pre.level,
+                     following=following)
+        for row in self.classifier.handle(rec):
+            if isinstance(row, Event) and pre.level in ("emerg", "alert", "crit") and row.severity == "info":
+                row.severity = "warning"
+            yield row
+
+    def _neighbour(self, block: bytes, starts: Any, idx: int) -> Stamp:
+        """A line without a time takes the nearest dated line's time, marked approximate."""
+        found = None
+        for other in range(idx - 1, max(-1, idx - 1 - NEIGHBOUR_LINES), -1):
+            pre, _ = split_prefix(self._line(block, starts, other))
+            if pre.style in STAMPED:
+                found = resolve(pre, self.ctx, use_boot=self.kind != "pstore")
+                break
+        if found is None:
+            found = self.last_stamp
+        if found is None:
+            for other in range(idx + 1, min(len(starts), idx + 1 + NEIGHBOUR_LINES)):
+                pre, _ = split_prefix(self._line(block, starts, other))
+                if pre.style in STAMPED:
+                    found = resolve(pre, self.ctx, use_boot=self.kind != "pstore")
+                    break
+        if found is None:
+            return Stamp()
+        return Stamp(found.ts, "neighbour", True, None)
+
+
+def _following(block: bytes, starts: Any, idx: int):
+    """The text after a record (a hung task's call trace), read only if a handler asks for it."""
+    def read() -> str:
+        start = int(starts[idx + 1]) if idx + 1 < len(starts) else len(block)
+        return block[start:start + 4096].decode("utf-8", "replace")
+
+    return read
+
+
+def _safe_cut(data: bytes) -> int:
+    """Where a block may end: after a newline whose next line is not an indented continuation.
+    Returns 0 when no such place is known yet (the last line may still go on)."""
+    i = data.rfind(b"\n")
+    tries = 0
+    while i >= 0 and tries < 64:
+        nxt = i + 1
+        if nxt < len(data) and data[nxt:nxt + 1] not in (b" ", b"\t"):
+            return nxt
+        i = data.rfind(b"\n", 0, i)
+        tries += 1
+    return i + 1 if i >= 0 else 0
+
+
+def parse(kind: str, stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
+    yield from _Parser(kind, ctx).run(stream)
