@@ -41,6 +41,8 @@ QUOTE_MAX_ARTIFACT = 64 << 20
 """Quote the raw line from artifacts up to this size; larger ones quote the parsed text instead
 (finding line N means reading the artifact up to it)."""
 KEY_PER_KIND = 3
+ONSET_KINDS = ("request_rate_surge", "latency_spike", "queue_backlog", "kv_cache_saturation", "error_rate_spike")
+"""Anomalies read off the metrics whose onsets the latency chart marks."""
 MAX_LANES = 16
 
 
@@ -659,7 +661,7 @@ def _summary(state: journal.JournalState, root: dict[str, Any] | None, impact: d
     if impact.get("inference") and impact["inference"].get("breach"):
         inf = impact["inference"]
         parts.append(f"The latency SLO was breached for {_fmt_duration(inf['breach'])} (peak {inf['metric']} "
-                     f"{inf['peak_p99_ms']} ms).")
+                     f"{_fmt_ms(inf['peak_p99_ms'])}).")
     return {"text": " ".join(parts), "by": "generated from the analysis", "generated": True}
 
 
@@ -670,6 +672,9 @@ def _charts(bundle: Bundle, times: dict[str, Any], start: datetime | None, end: 
         return {"swimlane": None, "latency": None}
     end = max([end] + [m["ts"] for name in ("detection", "mitigation", "recovery")
                        if (m := times.get(name)) and m["ts"]])
+    first = times["start"]["ts"] if times.get("start") else None
+    if first and first < end:  # the incident and its run-up, not weeks of boot noise before it
+        start = first - max(timedelta(minutes=10), (end - first) / 4)
     span = (end - start).total_seconds()
     bucket = max(span / 120, 1.0)
     lanes: dict[tuple[str, str], Lane] = {}
@@ -687,10 +692,11 @@ def _charts(bundle: Bundle, times: dict[str, Any], start: datetime | None, end: 
     latency = None
     curve = _latency_curve(bundle)
     if curve:
-        onsets = [Mark(r[0], r[1].replace("_", " "), "onset") for r in bundle.con.execute(
-            "SELECT min(ts), kind FROM event WHERE ts_origin = 'derived' AND kind IN "
-            "('latency_spike', 'queue_backlog', 'kv_cache_saturation', 'error_rate_spike') GROUP BY kind "
-            "ORDER BY 1, 2").fetchall()]
+        firsts: dict[str, datetime] = {}
+        for ev in query.events(bundle, query.EventFilter(kinds=ONSET_KINDS), limit=2000):
+            if ev["ts"] is not None:
+                firsts.setdefault(ev["kind"], ev["ts"])
+        onsets = [Mark(ts, kind.replace("_", " "), "onset") for kind, ts in sorted(firsts.items(), key=lambda x: x[1])]
         points = [(ts, v) for ts, v in curve["points"] if start <= ts <= end] or curve["points"]
         lo, hi = min(start, points[0][0]), max(end, points[-1][0])
         latency = line_chart(points, lo, hi, onsets + marks[:1], title=f"{curve['label']} (ms, UTC)", unit="ms",
@@ -721,6 +727,12 @@ def _fmt_duration(value: timedelta | None) -> str:
         return f"{hours} h {minutes} min"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h"
+
+
+def _fmt_ms(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.0f} ms" if value < 10_000 else f"{value / 1000:.1f} s"
 
 
 def _fmt_size(size: int | None) -> str:
@@ -793,9 +805,10 @@ def _environment(fmt: str) -> Any:
         env = Environment(autoescape=False, finalize=_md_finalize, **common)
         env.filters.update(md=md_text, code=md_code, block=md_block)
         env.filters.update(ts=lambda v, approx=False: md_text(_fmt_ts(v, approx)),
-                           dur=lambda v: md_text(_fmt_duration(v)), size=lambda v: md_text(_fmt_size(v)))
+                           dur=lambda v: md_text(_fmt_duration(v)), size=lambda v: md_text(_fmt_size(v)),
+                           ms=lambda v: md_text(_fmt_ms(v)))
     if fmt == "html":
-        env.filters.update(ts=_fmt_ts, dur=_fmt_duration, size=_fmt_size)
+        env.filters.update(ts=_fmt_ts, dur=_fmt_duration, size=_fmt_size, ms=_fmt_ms)
     env.globals.update(LAYER_TITLES=LAYER_TITLES)
     return env
 

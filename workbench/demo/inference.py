@@ -89,9 +89,9 @@ class _Pod:
         self.waiting = min(240.0 + self.rng.uniform(0, 25),
                            max(0.0, self.waiting + (load - CAPACITY) * 5.2 * seconds * (0.45 if load > CAPACITY
                                                                                         else 1.6)))
-        wait_s = self.waiting / 7.0
+        wait_s = self.waiting / (5.2 * CAPACITY)  # Little's law: queue length over service rate
         for _ in range(max(served, 0)):
-            ttft = self.rng.lognormvariate(math.log(0.22 + 6.0 * pressure + wait_s * 0.6), 0.55)
+            ttft = self.rng.lognormvariate(math.log(0.22 + 2.0 * pressure + wait_s), 0.35 + 0.2 * (1 - pressure))
             total = ttft + self.rng.lognormvariate(math.log(3.1 * (1 + 1.8 * pressure)), 0.35)
             self._observe(self.ttft, TTFT_BUCKETS, ttft)
             self._observe(self.e2e, E2E_BUCKETS, total)
