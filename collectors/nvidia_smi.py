@@ -19,7 +19,6 @@ take the capture time or the file's mtime (ParseContext.snapshot_time()).
 from __future__ import annotations
 
 import abc
-import contextlib
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -117,10 +116,6 @@ _DCGM_LOG = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)\s+(ERROR
 _DCGM_WHERE = re.compile(r"\s*\[([^\]\s]+:\d+)\]\s*(?:\[([^\]]+)\])?\s*$")
 
 
-def add_capture_arguments(parser: Any) -> None:
-    """No options of its own: nvidia-smi is run with fixed arguments."""
-
-
 # -- live capture --------------------------------------------------------------------------------
 
 def capture(ctx: CaptureContext) -> Iterator[Artifact]:
@@ -169,9 +164,14 @@ def sniff(name: str, head: str) -> dict[str, int]:
 
 
 def _is_csv_header(line: str) -> bool:
+    """A ``--query-gpu`` header: every column a query field name, at least two of them known, one of
+    those specific to nvidia-smi (``timestamp, name, value`` from another tool does not qualify)."""
     fields = [f.strip() for f in line.split(",")]
-    return len(fields) >= 2 and all(_CSV_FIELD.match(f) for f in fields) and \
-        sum(1 for f in fields if _csv_name(f) in CSV_KNOWN) >= max(1, len(fields) // 2)
+    if len(fields) < 2 or not all(_CSV_FIELD.match(f) for f in fields):
+        return False
+    known = [_csv_name(f) for f in fields if _csv_name(f) in CSV_KNOWN]
+    specific = [k for k in known if k not in CSV_GENERIC]
+    return len(known) >= max(2, len(fields) // 2) and bool(specific)
 
 
 # -- parse ---------------------------------------------------------------------------------------
@@ -236,10 +236,16 @@ def value(node: Node | None, *paths: str) -> str | None:
     return found.value.strip()
 
 
+_NUMBER = re.compile(r"\s*(-?\d+(?:\.\d+)?)")
+_HEX = re.compile(r"0x[0-9a-fA-F]+")
+_LOCAL = re.compile(r"(\d{4})[/-](\d\d)[/-](\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?\s*$")
+
+
 def number(text: str | None) -> float | None:
+    """The leading number of ``445.38 W``, ``97 %``, ``16x``; None for N/A and words."""
     if text is None:
         return None
-    m = re.match(r"^\s*(-?\d+(?:\.\d+)?)", text)
+    m = _NUMBER.match(text)
     return float(m.group(1)) if m else None
 
 
@@ -247,7 +253,7 @@ def integer(text: str | None) -> int | None:
     if text is None:
         return None
     text = text.strip()
-    if re.fullmatch(r"0x[0-9a-fA-F]+", text):
+    if _HEX.fullmatch(text):
         return int(text, 16)
     n = number(text)
     return int(n) if n is not None else None
@@ -280,11 +286,14 @@ def parse_ctime(text: str | None) -> datetime | None:
 
 def parse_local(text: str) -> datetime | None:
     """``2024/07/08 08:11:21.123`` (--query-gpu timestamp) or ``2026-01-16 09:50:03.010`` (DCGM logs)."""
-    for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S",
-                "%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S"):
-        with contextlib.suppress(ValueError):
-            return datetime.strptime(text.strip(), fmt).replace(tzinfo=timezone.utc)
-    return None
+    m = _LOCAL.match(text.strip())
+    if not m:
+        return None
+    frac = m.group(7) or "0"
+    try:
+        return datetime(*(int(g) for g in m.groups()[:6]), int(frac.ljust(6, "0")), tzinfo=timezone.utc)
+    except ValueError:
+        return None
 
 
 @dataclass
@@ -855,6 +864,9 @@ CSV_KNOWN = {"index", "name", "gpu_name", "pci.bus_id", "gpu_bus_id", "uuid", "g
              "count", "ecc.mode.current", "pid", "process_name", "used_memory", "used_gpu_memory", "clocks.gr",
              "clocks.max.sm", "temperature.memory", "compute_mode"}
 """``--query-gpu`` fields read here (``nvidia-smi --help-query-gpu``); any other column is kept in extra."""
+CSV_GENERIC = {"index", "name", "uuid", "serial", "timestamp", "count", "pid", "process_name", "used_memory",
+               "compute_mode"}
+"""Column names other tools' CSV files use too; alone they do not make a file nvidia-smi output."""
 
 
 class CsvBlock(Block):
@@ -897,13 +909,8 @@ class CsvBlock(Block):
         if "pid" in row and not any(k in row for k in ("utilization.gpu", "temperature.gpu", "pstate")):
             return [Skipped(n, "process query row (no GPU reading)")]
         out: list[Row] = []
-        get = row.get
-
-        def clean(name: str) -> str | None:
-            text = get(name)
-            if text is None or text.strip().lower() in NA:
-                return None
-            return text.strip()
+        values = {k: None if v.lower() in NA else v for k, v in row.items()}
+        clean = values.get
 
         errors = {k: v for k, v in row.items() if v.startswith("[") and v.strip("[]").lower() not in NA}
         index = integer(clean("index"))
@@ -934,8 +941,8 @@ class CsvBlock(Block):
                                     pcie_max_gen=max_gen, pcie_max_width=max_width,
                                     memory_total_mib=number(clean("memory.total")),
                                     extra={"source": "nvidia-smi --query-gpu"}))
-        known = {c for c in row
-                 if c in CSV_KNOWN or c.startswith(("clocks_throttle_reasons.", "clocks_event_reasons."))}
+        other = [c for c in row if c not in CSV_KNOWN and not c.startswith(("clocks_throttle_reasons.",
+                                                                               "clocks_event_reasons."))]
         sample = GpuSample(
             ts=clock.ts, gpu=key, host=self.p.host, uuid=uuid,
             util_gpu=number(clean("utilization.gpu")), util_mem=number(clean("utilization.memory")),
@@ -962,7 +969,7 @@ class CsvBlock(Block):
                    "remap_correctable": integer(clean("remapped_rows.correctable")),
                    "remap_uncorrectable": integer(clean("remapped_rows.uncorrectable")),
                    "recovery_action": clean("gpu_recovery_action"),
-                   "other": {k: v for k, v in row.items() if k not in known}},
+                   "other": {k: row[k] for k in other}},
             line=n)
         out.append(sample)
         out.extend(self.p.tracker.observe(sample, ts_origin=clock.origin, ts_approx=clock.approx, ts_raw=clock.raw))

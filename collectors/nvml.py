@@ -441,58 +441,73 @@ class HealthTracker:
     def observe(self, sample: GpuSample, *, ts_origin: str = "none", ts_approx: bool = False,
                 ts_raw: str | None = None, lines: dict[str, int] | None = None) -> list[Event]:
         """Events for one reading; ``sample.extra`` may carry pstate, gpu_idle, pcie_max_gen,
-        pcie_max_width, pcie_host_max_gen and recovery_action. ``lines`` maps a condition to its line."""
-        lines = lines or {}
+        pcie_max_width, pcie_host_max_gen and recovery_action. ``lines`` maps a condition to its line.
+        Messages and attrs are built only for a condition that starts or changes (long logs are cheap)."""
         extra = sample.extra
+        reasons = sample.throttle_reasons or []
+        bad = tuple(r for r in BAD_THROTTLE if r in reasons)
+        idle = bool(extra.get("gpu_idle")) or "gpu_idle" in reasons
+        pcie = _pcie_degraded(sample, idle)
+        vol, agg = sample.ecc_volatile_uncorrected, sample.ecc_aggregate_uncorrected
+        action = extra.get("recovery_action")
+        signatures = {
+            "gpu_throttle": bad or None,
+            "pcie_link_degraded": (pcie["reason"], sample.pcie_gen, sample.pcie_width) if pcie else None,
+            "ecc_uncorrectable": (vol, agg) if (vol or agg) else None,
+            "row_remap_pending": True if sample.remap_pending else None,
+            "row_remap_failure": True if sample.remap_failure else None,
+            "retired_pages_pending": True if sample.retired_pending else None,
+            "gpu_recovery_action": action if action and action.lower() not in ("none", "n/a") else None,
+            "nvlink_error": sample.nvlink_errors or None,
+        }
         out: list[Event] = []
-
-        def emit(kind: str, signature: Any, severity: str, layer: str, message: str, attrs: dict[str, Any]) -> None:
+        for kind, signature in signatures.items():
             key = (sample.gpu, kind)
             if signature is None:
                 self.state.pop(key, None)
-                return
+                continue
             if self.state.get(key) == signature:
-                return
+                continue
             self.state[key] = signature
+            severity, layer, message, attrs = self._describe(kind, sample, bad, idle, pcie or {})
             out.append(Event(kind=kind, message=message, ts=sample.ts, ts_origin=ts_origin if sample.ts else "none",
                              ts_approx=ts_approx, ts_raw=ts_raw, host=sample.host, source=self.source, layer=layer,
                              severity=severity, gpu=event_gpu(sample.gpu), attrs=_with_key(attrs, sample.gpu),
-                             line=lines.get(kind, sample.line)))
-
-        where = f"GPU {sample.gpu}" if sample.gpu != "unknown" else "GPU"
-        reasons = sample.throttle_reasons or []
-        bad = [r for r in BAD_THROTTLE if r in reasons]
-        idle = bool(extra.get("gpu_idle")) or "gpu_idle" in reasons
-        emit("gpu_throttle", tuple(bad) or None, "warning", "hardware",
-             f"{where} clocks held back: {', '.join(bad)}" + _load_note(sample),
-             {"reasons": bad, "all_reasons": reasons, "util_gpu": sample.util_gpu, "idle": idle,
-              "power_w": sample.power_w, "power_limit_w": sample.power_limit_w, "temp_c": sample.temp_c,
-              "sm_clock_mhz": sample.sm_clock_mhz})
-        pcie = _pcie_degraded(sample, idle) or {}
-        emit("pcie_link_degraded", (pcie["reason"], sample.pcie_gen, sample.pcie_width) if pcie else None,
-             "warning", "hardware", f"{where} PCIe link at Gen{sample.pcie_gen} x{sample.pcie_width}, capable of "
-             f"Gen{pcie.get('max_gen')} x{pcie.get('max_width')}", pcie)
-        unc = [v for v in (sample.ecc_volatile_uncorrected, sample.ecc_aggregate_uncorrected) if v]
-        emit("ecc_uncorrectable", (sample.ecc_volatile_uncorrected, sample.ecc_aggregate_uncorrected) if unc else None,
-             "error", "gpu", f"{where} uncorrectable ECC errors: volatile {sample.ecc_volatile_uncorrected}, "
-             f"aggregate {sample.ecc_aggregate_uncorrected}",
-             {"volatile": sample.ecc_volatile_uncorrected, "aggregate": sample.ecc_aggregate_uncorrected})
-        remap = {"correctable": extra.get("remap_correctable"), "uncorrectable": extra.get("remap_uncorrectable")}
-        emit("row_remap_pending", True if sample.remap_pending else None, "warning", "hardware",
-             f"{where} row remap pending: reset the GPU to apply it", remap)
-        emit("row_remap_failure", True if sample.remap_failure else None, "error", "hardware",
-             f"{where} row remapping failed: the GPU needs service", remap)
-        emit("retired_pages_pending", True if sample.retired_pending else None, "warning", "hardware",
-             f"{where} retired pages pending a reset",
-             {"sbe": sample.retired_pages_sbe, "dbe": sample.retired_pages_dbe})
-        action = extra.get("recovery_action")
-        emit("gpu_recovery_action", action if action and action.lower() not in ("none", "n/a") else None, "error",
-             "gpu", f"{where} recovery action required: {action}",
-             {"action": action, "field": extra.get("recovery_field", "gpu_recovery_action")})
-        links = extra.get("nvlink_errors") or {}
-        emit("nvlink_error", sample.nvlink_errors if sample.nvlink_errors else None, "warning", "hardware",
-             f"{where} NVLink error counters: {sample.nvlink_errors}", {"total": sample.nvlink_errors, "links": links})
+                             line=(lines or {}).get(kind, sample.line)))
         return out
+
+    @staticmethod
+    def _describe(kind: str, sample: GpuSample, bad: tuple[str, ...], idle: bool,
+                  pcie: dict[str, Any]) -> tuple[str, str, str, dict[str, Any]]:
+        """(severity, layer, message, attrs) of one condition of one reading."""
+        where = f"GPU {sample.gpu}" if sample.gpu != "unknown" else "GPU"
+        extra = sample.extra
+        remap = {"correctable": extra.get("remap_correctable"), "uncorrectable": extra.get("remap_uncorrectable")}
+        if kind == "gpu_throttle":
+            return ("warning", "hardware", f"{where} clocks held back: {', '.join(bad)}" + _load_note(sample),
+                    {"reasons": list(bad), "all_reasons": sample.throttle_reasons or [], "util_gpu": sample.util_gpu,
+                     "idle": idle, "power_w": sample.power_w, "power_limit_w": sample.power_limit_w,
+                     "temp_c": sample.temp_c, "sm_clock_mhz": sample.sm_clock_mhz})
+        if kind == "pcie_link_degraded":
+            return ("warning", "hardware", f"{where} PCIe link at Gen{sample.pcie_gen} x{sample.pcie_width}, "
+                    f"capable of Gen{pcie.get('max_gen')} x{pcie.get('max_width')}", pcie)
+        if kind == "ecc_uncorrectable":
+            vol, agg = sample.ecc_volatile_uncorrected, sample.ecc_aggregate_uncorrected
+            return ("error", "gpu", f"{where} uncorrectable ECC errors: volatile {vol}, aggregate {agg}",
+                    {"volatile": vol, "aggregate": agg})
+        if kind == "row_remap_pending":
+            return "warning", "hardware", f"{where} row remap pending: reset the GPU to apply it", remap
+        if kind == "row_remap_failure":
+            return "error", "hardware", f"{where} row remapping failed: the GPU needs service", remap
+        if kind == "retired_pages_pending":
+            return ("warning", "hardware", f"{where} retired pages pending a reset",
+                    {"sbe": sample.retired_pages_sbe, "dbe": sample.retired_pages_dbe})
+        if kind == "gpu_recovery_action":
+            action = extra.get("recovery_action")
+            return ("error", "gpu", f"{where} recovery action required: {action}",
+                    {"action": action, "field": extra.get("recovery_field", "gpu_recovery_action")})
+        return ("warning", "hardware", f"{where} NVLink error counters: {sample.nvlink_errors}",
+                {"total": sample.nvlink_errors, "links": extra.get("nvlink_errors") or {}})
 
     def nvlink_snapshot(self, readings: Iterable[tuple[GpuSample, list[int], list[int]]], *,
                         ts_origin: str = "none", ts_approx: bool = False) -> list[Event]:

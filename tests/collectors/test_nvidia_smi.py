@@ -484,3 +484,14 @@ def test_live_capture_without_nvidia_smi_says_so(tmp_path, monkeypatch):
 def test_safe_capture_skips_every_collector_that_touches_the_gpu():
     touching = {m.NAME for m in registry.all_collectors() if getattr(m, "TOUCHES_GPU", False)}
     assert {"nvml", "nvidia_smi"} <= touching
+
+
+@pytest.mark.parametrize("header", ["timestamp,value", "timestamp, name, value", "index,name,uuid",
+                                    "pid, process_name, used_memory"])
+def test_generic_csv_headers_are_not_nvidia_smi(header):
+    assert nvidia_smi.sniff("data.csv", header + "\n1,2,3\n") == {}
+
+
+def test_query_gpu_header_is_sniffed():
+    assert nvidia_smi.sniff("q.csv", "index, name, temperature.gpu, utilization.gpu [%]\n0, A100, 30, 0 %\n") == \
+        {"nvidia_smi_csv": 90}
