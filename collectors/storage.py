@@ -609,6 +609,9 @@ torch.save's partial files, rsync's dot files are not matched: they do not end a
 
 def _parse_listing(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
     listed_at, listed_origin = ctx.snapshot_time()
+    if listed_origin == "mtime":
+        # A handed-over listing's mtime is when it was copied as often as when ls ran: no age from it.
+        listed_at = None
     directory: str | None = None
     entries: list[tuple[str, int, datetime, int]] = []
     ls_dir = ""
@@ -709,8 +712,7 @@ def _checkpoint_events(entries: list[tuple[str, int, datetime, int]], directory:
                            "directory": directory})
     if len(partial) > MAX_PARTIAL_EVENTS:
         yield Skipped(None, f"{len(partial) - MAX_PARTIAL_EVENTS} more partial checkpoint files not listed")
-    if listed_at is not None:
-        yield HostFact("checkpoint.files", str(len(ckpts)))
+    yield HostFact(f"checkpoint.{directory or 'listing'}.files", str(len(ckpts)))
 
 
 def _relative(path: str, directory: str | None) -> str:

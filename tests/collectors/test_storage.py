@@ -232,7 +232,9 @@ def test_checkpoint_ls_full_iso_listing_and_truncated_sibling() -> None:
         "drwxr-xr-x 2 train train       4096 2026-11-28 10:00:01.000000000 +0000 logs",
     ]) + "\n"
     assert storage.sniff("ls.txt", listing) == {"checkpoint_listing": 70}
-    rows = _rows("checkpoint_listing", listing)
+    assert _events(_rows("checkpoint_listing", listing), "checkpoint_last_good")[0].attrs["age_s"] is None, \
+        "a handed-over file's mtime is no listing time"
+    rows = _rows("checkpoint_listing", listing, captured_at=MTIME)
     good = _events(rows, "checkpoint_last_good")[0]
     assert good.attrs["path"] == "model_step_03000.safetensors"
     assert good.ts == datetime(2026, 11, 28, 10, 0, 1, tzinfo=timezone.utc)

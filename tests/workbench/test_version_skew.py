@@ -79,3 +79,19 @@ def test_non_core_packages_are_info_and_single_host_is_quiet(tmp_path: Path) -> 
     with _bundle(tmp_path, rows) as bundle:
         events = list(version_skew.derive(bundle.con))
     assert [(e.host, e.attrs["what"], e.severity) for e in events] == [("c", "accelerate", "info")]
+
+
+def test_tie_is_settled_by_which_host_changed_the_component(tmp_path: Path) -> None:
+    from collectors.base import Event
+
+    rows = [HostFact("versions.driver", "535.183.01", host="node09"),
+            HostFact("versions.driver", "535.161.08", host="node10"),
+            Event(kind="change", message="upgrade libnvidia-compute-535", host="node09",
+                  attrs={"what": "libnvidia-compute-535", "version": "535.183.01-0ubuntu0.22.04.1"}),
+            Event(kind="change", message="upgrade tzdata", host="node10",
+                  attrs={"what": "tzdata", "version": "2025a-0ubuntu0.22.04"})]
+    with _bundle(tmp_path, rows) as bundle:
+        events = list(version_skew.derive(bundle.con))
+    assert [(e.host, e.attrs["majority_version"], e.attrs["basis"]) for e in events] == [
+        ("node09", "535.161.08", "recent change")]
+    assert "on the hosts that did not change it" in events[0].message

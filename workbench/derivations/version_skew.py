@@ -10,7 +10,10 @@ loaded and importable), then package logs (what is installed), the newest artifa
 Hosts are grouped by job where the topology table knows jobs, else the whole bundle is one group.
 A host whose version differs from the group's majority gets a ``version_skew`` event (layer gpu):
 attrs what, version, majority_version (null on a tie, when every host is flagged), hosts (the
-hosts sharing this host's version), versions {host: version}, job.
+hosts sharing this host's version), versions {host: version}, job, basis. On a tie, the hosts that
+changed the component (a ``change`` event for it in the bundle) are the skewed ones when the
+changed and unchanged hosts each agree among themselves (basis ``recent change``, a partial
+rollout); otherwise every host is flagged (basis ``tie``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Iterator
 import duckdb
 
 from collectors.base import Event
+from collectors.changes import version_key
 
 NAME = "version_skew"
 
@@ -76,6 +80,7 @@ def job_groups(con: duckdb.DuckDBPyConnection, hosts: set[str]) -> list[tuple[st
 
 def derive(con: duckdb.DuckDBPyConnection) -> Iterator[Event]:
     versions = host_versions(con)
+    changed = changed_hosts(con)
     flagged: set[tuple[str, str]] = set()
     for job, members in job_groups(con, set(versions)):
         keys = sorted({what for host in members for what in versions[host]})
@@ -85,17 +90,46 @@ def derive(con: duckdb.DuckDBPyConnection) -> Iterator[Event]:
                 continue
             counts = Counter(values.values()).most_common()
             majority = counts[0][0] if counts[0][1] > counts[1][1] else None
+            basis = "majority"
+            if majority is None and (settled := _unchanged_version(values, changed.get(what, set()))):
+                majority, basis = settled, "recent change"
             listed = dict(list(values.items())[:MAX_HOSTS_LISTED])
             for host, version in values.items():
                 if version == majority or (host, what) in flagged:
                     continue
                 flagged.add((host, what))
                 same = sorted(h for h, v in values.items() if v == version)
-                against = f"the majority's {majority}" if majority else "other hosts (" + ", ".join(
-                    sorted({v for v in values.values() if v != version})) + ")"
+                if majority and basis == "majority":
+                    against = f"the majority's {majority}"
+                elif majority:
+                    against = f"{majority} on the hosts that did not change it"
+                else:
+                    against = "other hosts (" + ", ".join(sorted({v for v in values.values() if v != version})) + ")"
                 yield Event(kind="version_skew", layer="gpu", host=host, job=job,
                             severity="warning" if what in CORE else "info",
                             message=f"{host}: {what} {version} differs from {against} across {len(values)} hosts"
                                     + (f" of job {job}" if job else ""),
                             attrs={"what": what, "version": version, "majority_version": majority,
-                                   "hosts": same[:MAX_HOSTS_LISTED], "versions": listed, "job": job})
+                                   "hosts": same[:MAX_HOSTS_LISTED], "versions": listed, "job": job,
+                                   "basis": basis if majority else "tie"})
+
+
+def changed_hosts(con: duckdb.DuckDBPyConnection) -> dict[str, set[str]]:
+    """{what: hosts} with a package change event for that component (``driver``, ``nccl``, ...)."""
+    found: dict[str, set[str]] = {}
+    rows = con.execute("SELECT DISTINCT host, attrs->>'what', coalesce(attrs->>'version', attrs->>'from_version') "
+                       "FROM event WHERE kind = 'change' AND host IS NOT NULL").fetchall()
+    for host, what, version in rows:
+        key = version_key(what or "", version or "0")
+        found.setdefault(key[0] if key else (what or ""), set()).add(host)
+    return found
+
+
+def _unchanged_version(values: dict[str, str], changed: set[str]) -> str | None:
+    """On a tie, the version of the hosts that did not change the component, when the changed and
+    unchanged hosts each agree among themselves: a partial rollout, not a split fleet."""
+    stayed = {v for h, v in values.items() if h not in changed}
+    moved = {v for h, v in values.items() if h in changed}
+    if len(stayed) == 1 and len(moved) == 1 and stayed != moved:
+        return stayed.pop()
+    return None
