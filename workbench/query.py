@@ -207,3 +207,84 @@ def events_at(bundle: Bundle, refs: list[tuple[str, int]]) -> dict[tuple[str, in
         row = _row(values)
         out.setdefault((row["artifact"], row["line"]), row)
     return out
+
+
+# -- incident scope: what an incident touched (postmortem impact, the TUI's overview) -------------
+
+def time_range(bundle: Bundle) -> tuple[datetime | None, datetime | None]:
+    """First and last dated event."""
+    lo, hi = bundle.con.execute("SELECT min(ts), max(ts) FROM event").fetchall()[0]
+    return lo, hi
+
+
+def affected(bundle: Bundle, since: datetime | None, until: datetime | None) -> dict[str, list[Any]]:
+    """Hosts, ranks and GPUs with errors in a time range. GPUs count only when a GPU- or hardware-layer
+    error names them: every rank's NCCL timeout names its GPU too, which says nothing about that GPU."""
+    params = [utc_naive(since), utc_naive(until)]
+    bad = "ts IS NOT NULL AND ts >= ? AND ts <= ? AND severity IN ('error', 'critical')"
+    con = bundle.con
+    return {
+        "hosts": [r[0] for r in con.execute(
+            f"SELECT DISTINCT host FROM event WHERE {bad} AND host IS NOT NULL ORDER BY 1", params).fetchall()],
+        "ranks": [r[0] for r in con.execute(
+            f"SELECT DISTINCT rank FROM event WHERE {bad} AND rank IS NOT NULL ORDER BY 1", params).fetchall()],
+        "gpus": [tuple(r) for r in con.execute(
+            f"SELECT DISTINCT host, gpu FROM event WHERE {bad} AND gpu IS NOT NULL AND layer IN ('gpu', 'hardware') "
+            "ORDER BY 1, 2 LIMIT 64", params).fetchall()],
+    }
+
+
+def jobs_seen(bundle: Bundle, since: datetime | None, until: datetime | None, limit: int = 50) -> list[dict[str, Any]]:
+    """Scheduler jobs with state changes in a time range: last state, first/last change, when it started
+    running (the RUNNING transition, else a ``start`` attribute), its name."""
+    rows = bundle.con.execute(
+        "SELECT coalesce(job, json_extract_string(attrs, '$.job')) AS j, "
+        "arg_max(upper(json_extract_string(attrs, '$.state')), ts), min(ts), max(ts), "
+        "min(CASE WHEN upper(json_extract_string(attrs, '$.state')) = 'RUNNING' THEN ts END), "
+        "max(json_extract_string(attrs, '$.start')), max(json_extract_string(attrs, '$.name')) "
+        "FROM event WHERE kind = 'job_state' AND ts IS NOT NULL AND ts >= ? AND ts <= ? "
+        "AND coalesce(job, json_extract_string(attrs, '$.job')) IS NOT NULL "
+        "GROUP BY j ORDER BY min(ts), j LIMIT ?", [utc_naive(since), utc_naive(until), limit]).fetchall()
+    return [{"job": j, "state": state, "first": first, "last": last, "running_at": running, "start_attr": started,
+             "name": name} for j, state, first, last, running, started, name in rows]
+
+
+def serving_identities(bundle: Bundle, since: datetime | None, until: datetime | None,
+                       limit: int = 20) -> list[str]:
+    """Models named by the serving metrics, then Kubernetes objects with warnings in the range."""
+    models = [r[0] for r in bundle.con.execute(
+        "SELECT DISTINCT coalesce(json_extract_string(labels, '$.model_name'), json_extract_string(labels, '$.model')) "
+        "AS m FROM series WHERE m IS NOT NULL ORDER BY m LIMIT ?", [limit]).fetchall()]
+    objects = [r[0] for r in bundle.con.execute(
+        "SELECT DISTINCT json_extract_string(attrs, '$.object') AS o FROM event WHERE kind = 'k8s_event' "
+        "AND severity IN ('warning', 'error', 'critical') AND ts >= ? AND ts <= ? AND o IS NOT NULL "
+        "ORDER BY o LIMIT ?", [utc_naive(since), utc_naive(until), limit]).fetchall()]
+    return models + objects
+
+
+def last_checkpoint(bundle: Bundle, before: datetime) -> datetime | None:
+    """When the newest complete checkpoint at or before ``before`` was written."""
+    return bundle.con.execute("SELECT max(ts) FROM event WHERE kind = 'checkpoint_last_good' AND ts <= ?",
+                              [utc_naive(before)]).fetchall()[0][0]
+
+
+def job_gpu_count(bundle: Bundle, job: str | None) -> int:
+    """GPUs a job held: its NCCL ranks from the topology, else the scheduler's GPU count, else the GPUs
+    on record."""
+    con = bundle.con
+    ranks = con.execute("SELECT greatest(count(DISTINCT rank), coalesce(max(nranks), 0)) FROM topology "
+                        "WHERE rank IS NOT NULL AND (? IS NULL OR job IS NULL OR job = ?)", [job, job]).fetchall()[0][0]
+    if ranks:
+        return int(ranks)
+    alloc = con.execute("SELECT max(TRY_CAST(json_extract_string(attrs, '$.gpus') AS INTEGER)) FROM event "
+                        "WHERE kind = 'job_state' AND (? IS NULL OR job = ?)", [job, job]).fetchall()[0][0]
+    if alloc:
+        return int(alloc)
+    return int(con.execute("SELECT count(DISTINCT (host, gpu)) FROM gpu_inventory").fetchall()[0][0])
+
+
+def count_reason(bundle: Bundle, kind: str, reason: str, since: datetime | None, until: datetime | None) -> int:
+    """Events of ``kind`` whose ``reason`` attribute is ``reason`` (OOMKilled, Evicted, ...) in a range."""
+    return bundle.con.execute(
+        "SELECT count(*) FROM event WHERE kind = ? AND json_extract_string(attrs, '$.reason') = ? "
+        "AND ts >= ? AND ts <= ?", [kind, reason, utc_naive(since), utc_naive(until)]).fetchall()[0][0]

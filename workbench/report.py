@@ -139,7 +139,7 @@ def _window(bundle: Bundle, analysis: dict[str, Any]) -> tuple[datetime | None, 
     window = analysis.get("window") or {}
     start, end = _ts(window.get("start")), _ts(window.get("end"))
     if start is None or end is None:
-        lo, hi = bundle.con.execute("SELECT min(ts), max(ts) FROM event").fetchall()[0]
+        lo, hi = query.time_range(bundle)
         start, end = start or lo, end or hi
     return start, end
 
@@ -318,21 +318,10 @@ def _quote(bundle: Bundle, ev: dict[str, Any], row: dict[str, Any] | None,
 
 def _impact(bundle: Bundle, analysis: dict[str, Any], hyps: list[dict[str, Any]], times: dict[str, Any],
             start: datetime | None, end: datetime | None) -> dict[str, Any]:
-    con = bundle.con
-    params = [start, end]
-    window = "ts IS NOT NULL AND ts >= ? AND ts <= ?"
-    bad = f"{window} AND severity IN ('error', 'critical')"
-    hosts = sorted({r[0] for r in con.execute(f"SELECT DISTINCT host FROM event WHERE {bad} AND host IS NOT NULL",
-                                              params).fetchall()} | {h["host"] for h in hyps[:1] if h.get("host")})
-    # GPUs named by device-level errors only: every rank's timeout names its GPU too, which says
-    # nothing about that GPU's health
-    gpus = {(h, g) for h, g in con.execute(
-        f"SELECT DISTINCT host, gpu FROM event WHERE {bad} AND gpu IS NOT NULL AND layer IN ('gpu', 'hardware') "
-        "LIMIT 64", params).fetchall()}
-    gpus |= {(h.get("host"), h["gpu"]) for h in hyps[:1] if h.get("gpu")}
-    ranks = {r[0] for r in con.execute(f"SELECT DISTINCT rank FROM event WHERE {bad} AND rank IS NOT NULL",
-                                       params).fetchall()}
-    ranks |= {int(r) for h in hyps[:1] for r in h.get("ranks") or []}
+    scope = query.affected(bundle, start, end)
+    hosts = sorted(set(scope["hosts"]) | {h["host"] for h in hyps[:1] if h.get("host")})
+    gpus = set(scope["gpus"]) | {(h.get("host"), h["gpu"]) for h in hyps[:1] if h.get("gpu")}
+    ranks = set(scope["ranks"]) | {int(r) for h in hyps[:1] for r in h.get("ranks") or []}
     recovery = times.get("recovery")
     stop = recovery["ts"] if recovery else end
     jobs = _jobs(bundle, start, end)
@@ -372,29 +361,13 @@ def _ranges(values: list[int]) -> str:
 
 def _jobs(bundle: Bundle, start: datetime | None, end: datetime | None) -> list[dict[str, Any]]:
     """Scheduler jobs seen in the window with their last state and first/last time."""
-    rows = bundle.con.execute(
-        "SELECT coalesce(job, json_extract_string(attrs, '$.job')) AS j, "
-        "arg_max(upper(json_extract_string(attrs, '$.state')), ts), min(ts), max(ts), "
-        "min(CASE WHEN upper(json_extract_string(attrs, '$.state')) = 'RUNNING' THEN ts END), "
-        "max(json_extract_string(attrs, '$.start')), max(json_extract_string(attrs, '$.name')) "
-        "FROM event WHERE kind = 'job_state' AND ts IS NOT NULL AND ts >= ? AND ts <= ? "
-        "AND coalesce(job, json_extract_string(attrs, '$.job')) IS NOT NULL "
-        "GROUP BY j ORDER BY min(ts), j LIMIT 50", [start, end]).fetchall()
-    return [{"job": j, "state": state, "first": first, "last": last, "started": _ts(started) or running,
-             "name": name, "failed": (state or "") in FAILED_JOB_STATES}
-            for j, state, first, last, running, started, name in rows]
+    return [{**j, "started": _ts(j["start_attr"]) or j["running_at"], "failed": (j["state"] or "") in FAILED_JOB_STATES}
+            for j in query.jobs_seen(bundle, start, end)]
 
 
 def _services(bundle: Bundle, start: datetime | None, end: datetime | None) -> list[str]:
     """Serving identities (model names, pods) with warnings in the window: from series labels and k8s events."""
-    models = [r[0] for r in bundle.con.execute(
-        "SELECT DISTINCT coalesce(json_extract_string(labels, '$.model_name'), json_extract_string(labels, '$.model')) "
-        "AS m FROM series WHERE m IS NOT NULL ORDER BY m LIMIT 20").fetchall()]
-    pods = [r[0] for r in bundle.con.execute(
-        "SELECT DISTINCT json_extract_string(attrs, '$.object') AS o FROM event WHERE kind = 'k8s_event' "
-        "AND severity IN ('warning', 'error', 'critical') AND ts >= ? AND ts <= ? AND o IS NOT NULL "
-        "ORDER BY o LIMIT 20", [start, end]).fetchall()]
-    return models + pods
+    return query.serving_identities(bundle, start, end)
 
 
 def _training_loss(bundle: Bundle, jobs: list[dict[str, Any]], times: dict[str, Any], start: datetime | None,
@@ -405,10 +378,8 @@ def _training_loss(bundle: Bundle, jobs: list[dict[str, Any]], times: dict[str, 
     failure = failed["last"] if failed and failed["failed"] else (times["start"]["ts"] if times["start"] else start)
     if failure is None:
         return None
-    gpus = _job_gpus(bundle, failed["job"] if failed else None)
-    rows = bundle.con.execute("SELECT max(ts) FROM event WHERE kind = 'checkpoint_last_good' AND ts <= ?",
-                              [failure]).fetchall()
-    since, basis = rows[0][0], "last good checkpoint"
+    gpus = query.job_gpu_count(bundle, failed["job"] if failed else None)
+    since, basis = query.last_checkpoint(bundle, failure), "last good checkpoint"
     if since is None and failed and failed["started"]:
         since, basis = failed["started"], "job start"
     if since is None:
@@ -420,27 +391,11 @@ def _training_loss(bundle: Bundle, jobs: list[dict[str, Any]], times: dict[str, 
             "job": failed["job"] if failed else None}
 
 
-def _job_gpus(bundle: Bundle, job: str | None) -> int:
-    """GPUs the job held: NCCL ranks from the topology, else the scheduler's GPU count, else GPUs on record."""
-    con = bundle.con
-    ranks = con.execute("SELECT greatest(count(DISTINCT rank), coalesce(max(nranks), 0)) FROM topology "
-                        "WHERE rank IS NOT NULL AND (? IS NULL OR job IS NULL OR job = ?)", [job, job]).fetchall()[0][0]
-    if ranks:
-        return int(ranks)
-    alloc = con.execute("SELECT max(TRY_CAST(json_extract_string(attrs, '$.gpus') AS INTEGER)) FROM event "
-                        "WHERE kind = 'job_state' AND (? IS NULL OR job = ?)", [job, job]).fetchall()[0][0]
-    if alloc:
-        return int(alloc)
-    return int(con.execute("SELECT count(DISTINCT (host, gpu)) FROM gpu_inventory").fetchall()[0][0])
-
-
 def _inference_impact(bundle: Bundle, start: datetime | None, end: datetime | None) -> dict[str, Any] | None:
     """SLO breach window, peak p99 and error count from the serving metrics."""
     curve = _latency_curve(bundle)
     errors = _error_count(bundle, start, end)
-    oom = bundle.con.execute("SELECT count(*) FROM event WHERE kind = 'k8s_event' AND "
-                             "json_extract_string(attrs, '$.reason') = 'OOMKilled' AND ts >= ? AND ts <= ?",
-                             [start, end]).fetchall()[0][0]
+    oom = query.count_reason(bundle, "k8s_event", "OOMKilled", start, end)
     if curve is None and errors is None and not oom:
         return None
     out: dict[str, Any] = {"errors": errors, "oom_kills": oom, "peak_p99_ms": None, "peak_at": None,
