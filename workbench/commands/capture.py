@@ -72,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _progress(outcome: CollectorOutcome) -> None:
-    print(f"  {outcome.name:<12} {outcome.status:<8} {outcome.duration_s:5.1f}s", file=sys.stderr)
+    """While collectors run only their process state is known; what they got is in the coverage table."""
+    state = "cut off" if outcome.status == "timeout" else "finished"
+    print(f"  {outcome.name:<12} {state:<8} {outcome.duration_s:5.1f}s", file=sys.stderr)
 
 
 def _hostname() -> str:
