@@ -427,6 +427,7 @@ class _TextParser:
         self.block: str | None = None
         self.resources: tuple[str, int] | None = None
         self.last_ts: datetime | None = None
+        self.base = 0
 
     def run(self, stream: BinaryIO) -> Iterator[Row]:
         for n, raw in self.ctx.lines(stream):
@@ -598,8 +599,11 @@ class _TextParser:
                 self.container.setdefault(which, {})[m.group(1)] = m.group(2)
                 return []
             self.resources = None
-        sec = _SECTION.match(line)
-        if sec and indent == 0:
+        if re.match(r"^Name:\s+\S", text) and self.container is None:
+            self.base = indent  # a describe pasted with every line indented still has its top level
+        top = indent <= self.base
+        sec = _SECTION.match(text)
+        if sec and top:
             out = list(self._flush_container())
             self.section = sec.group(1)
             return out
@@ -610,14 +614,14 @@ class _TextParser:
                 return []
             return None
         key, value = m.group(1).lower(), m.group(2).strip()
-        if indent == 0 and key in _POD_KEYS:
+        if top and key in _POD_KEYS:
             return self._pod_key(n, key, value)
         if not value and key not in _DESCRIBE_KEYS and re.fullmatch(r"[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?", m.group(1)):
             out = list(self._flush_container())
             self.container = {"name": m.group(1), "line": n, "init": self.section == "Init Containers" or None}
             return out
         if key not in _DESCRIBE_KEYS:
-            return [] if indent > 0 else None
+            return [] if not top else None
         if self.container is None:
             self.container = {"name": self.candidate, "line": n}
         if key in ("state", "last state", "last termination state"):

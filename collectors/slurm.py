@@ -95,7 +95,7 @@ NODE_SUFFIX = {"*": "NOT_RESPONDING", "~": "POWERED_OFF", "#": "POWERING_UP", "!
                "%": "POWERING_DOWN", "$": "MAINT_RESERVATION", "@": "REBOOT_REQUESTED", "^": "REBOOT_ISSUED",
                "-": "PLANNED"}
 # The one word a playbook tests, most serious condition first.
-NODE_CANON = (("DRAIN", {"DRAINED", "DRAINING", "DRAIN"}), ("DOWN", {"DOWN"}), ("FAIL", {"FAIL", "FAILING"}),
+NODE_CANON = (("DOWN", {"DOWN"}), ("DRAIN", {"DRAINED", "DRAINING", "DRAIN"}), ("FAIL", {"FAIL", "FAILING"}),
               ("MAINT", {"MAINT"}), ("REBOOT", {"REBOOT", "REBOOT_REQUESTED", "REBOOT_ISSUED"}))
 HEALTHY_NODE = {"IDLE", "MIXED", "ALLOCATED", "COMPLETING", "RESERVED", "PLANNED", "FUTURE", "CLOUD", "POWERED_DOWN",
                 "POWERING_UP", "POWERED_OFF", "POWERING_DOWN", "POWER_DOWN_PENDING", "DYNAMIC", "RESUME"}
@@ -154,6 +154,9 @@ _BASH_KILLED = re.compile(r"^(?P<script>\S+): line \d+:\s+(?P<pid>\d+) (?P<sig>K
                           r"Segmentation fault|Floating point exception|Illegal instruction|Hangup|Quit|"
                           r"User defined signal [12])(?: +\(core dumped\))?\s*(?P<cmd>.*)$")
 _SPOOL_JOB = re.compile(r"job0*(\d+)/slurm_script")
+# One cheap test before the specific patterns below: most daemon log lines report none of these.
+_WORTH_A_LOOK = re.compile(r"JobId=|[Nn]ode|\*\*\*|oom|memory limit|task|Terminating|aborted|line \d+:|^Job ID:|"
+                           r"^State:|equeu|reempt")
 _SEFF_JOB = re.compile(r"^Job ID:\s*(?P<job>\d+(?:_\d+)?)\s*$")
 _SEFF_STATE = re.compile(r"^State:\s*(?P<state>[A-Z_]+)(?: by \d+)?\s*\(exit code (?P<code>-?\d+)\)")
 
@@ -562,12 +565,12 @@ def job_events(job: str | None, state_text: str | None, *, line: int | None = No
         steps.append(("PENDING", submit, final if state == "PENDING" else dict(common, state="PENDING"), False, "iso"))
     if start is not None and node_list and state not in ("PENDING", "CONFIGURING"):
         steps.append(("RUNNING", start, final if state == "RUNNING" else dict(common, state="RUNNING"),
-                      start_approx, "neighbour" if start_approx else "iso"))
+                      start_approx, snapshot_origin if start_approx else "iso"))
     if state in TERMINAL:
         steps.append((state, end or snapshot, final, end is None, "iso" if end else snapshot_origin))
     elif not steps or steps[-1][0] != state:
-        if start is not None and state != "PENDING":
-            steps.append((state, start, final, start_approx, "neighbour" if start_approx else "iso"))
+        if start is not None and state in ("RUNNING", "CONFIGURING"):
+            steps.append((state, start, final, start_approx, snapshot_origin if start_approx else "iso"))
         else:
             steps.append((state, snapshot, final, True, snapshot_origin))
     return [_job_event(job, st, when, attrs, approx, origin, host, nodes if node_list else None, line)
@@ -854,7 +857,7 @@ class _TextParser:
                 yield from self._dated(rows)
                 return
             self.table = None
-        header = _header_columns(stripped)
+        header = None if stripped[:1] == "[" else _header_columns(stripped)
         if header:
             self.table = {"cols": header[0], "delim": header[1], "slack": header[2], "slices": None}
             return
@@ -976,9 +979,11 @@ class _TextParser:
             start = parse_time(row.get("start"))
             end = parse_time(row.get("end"))
             start_approx = False
-            if start is None and elapsed is not None and self.snapshot and job_state(state)[0] in (
+            taken = self._snapshot()
+            if start is None and elapsed is not None and taken and job_state(state)[0] in (
                     "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"):
-                start, start_approx = self.snapshot - timedelta(seconds=elapsed), True
+                # squeue's TIME is the time since start: the snapshot's moment minus it dates the start
+                start, start_approx = taken - timedelta(seconds=elapsed), True
             nodes = row.get("nodelist")
             reason = row.get("reason")
             if nodes and nodes.startswith("("):
@@ -1078,6 +1083,8 @@ class _TextParser:
     def _log_message(self, n: int, msg: str, step: str | None, host: str | None,
                      prog: str | None) -> list[Event] | None:
         """One Slurm message -> its events; None when it is not one this parser knows."""
+        if not _WORTH_A_LOOK.search(msg):
+            return [] if prog is not None or step is not None else None
         msg = re.sub(r"^(?:error|debug\d?|info|verbose|fatal|warning):\s*", "", msg)
         if (m := _JOB_COMPLETE.search(msg)) is not None:
             job, code = m.group("job"), int(m.group("code"))
