@@ -41,6 +41,9 @@ QUOTE_MAX_ARTIFACT = 64 << 20
 """Quote the raw line from artifacts up to this size; larger ones quote the parsed text instead
 (finding line N means reading the artifact up to it)."""
 KEY_PER_KIND = 3
+CONTRIBUTING_MIN_SCORE = 0.15
+"""Hypotheses scored below this are the engine's long tail (boot-time link flaps, old faults of other
+jobs); `gpuwb analyze` lists them, the postmortem does not."""
 ONSET_KINDS = ("request_rate_surge", "latency_spike", "queue_backlog", "kv_cache_saturation", "error_rate_spike")
 """Anomalies read off the metrics whose onsets the latency chart marks."""
 MAX_LANES = 16
@@ -481,10 +484,12 @@ def _layers(analysis: dict[str, Any], state: journal.JournalState) -> list[dict[
 
 def _contributing(hyps: list[dict[str, Any]], root: dict[str, Any] | None, causes: dict[str, Any],
                   state: journal.JournalState) -> list[dict[str, Any]]:
-    """Other hypotheses the engine found (not the root cause) and the responders' own factors."""
+    """Other hypotheses the engine found (not the root cause, not noise) and the responders' own factors."""
     out = []
     for h in hyps:
         if root and h.get("cause") == root["cause"] and h.get("host") == root.get("host"):
+            continue
+        if float(h.get("score") or 0) < CONTRIBUTING_MIN_SCORE:
             continue
         where = ", ".join(x for x in (h.get("host"), h.get("gpu")) if x)
         title = _cause_title(causes, h.get("cause")) + (f" ({where})" if where else "")

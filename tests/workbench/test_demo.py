@@ -96,10 +96,11 @@ def test_postmortems_are_complete_and_valid(demo):
     out = demo["out"]
     md = (out / "training" / "postmortem.md").read_text()
     assert training.CULPRIT_HOST in md and "GPU-hours lost" in md and "Evidence appendix" in md
+    for name in ("training", "inference"):
+        parser = html5lib.HTMLParser(strict=True)
+        parser.parse((out / name / "postmortem.html").read_text())
+        assert parser.errors == [], name
     html = (out / "inference" / "postmortem.html").read_text()
-    parser = html5lib.HTMLParser(strict=True)
-    parser.parse(html)
-    assert parser.errors == []
     assert "OOM kills: 2" in html
     assert f"SLO {inference.SLO_P99_MS / 1000:.1f} s" in html
 
