@@ -38,8 +38,8 @@ EVENTS = {
     "link_down": "a port seen not Active (state DOWN/INIT/ARMED or physical state Disabled/Polling/...): "
                  "device, port, state, phys_state, rate, link_layer",
     "link_up": "a port seen Active after a sample that showed it down: device, port, state, phys_state",
-    "link_flap": "one port seen in several states within one artifact: device, port, states (list of "
-                 "STATE/PHYS in order), transitions",
+    "link_flap": "one port seen changing state at least twice within one artifact, down at least once: device, "
+                 "port, states (list of STATE/PHYS in order), transitions",
     "ib_counter_errors": "error counters non-zero in the last sample of a port: device, port, counters {name: value}",
     "counter_rising": "error counters that rose between two samples of one artifact: device, port, "
                       "counters {name: delta}, seconds",
@@ -198,7 +198,6 @@ class _Observations:
     """Per-port samples of one artifact, turned into events once the whole artifact is read."""
 
     def __init__(self, ctx: ParseContext) -> None:
-        self.ctx = ctx
         self.snapshot, self.origin = ctx.snapshot_time()
         self.states: list[_State] = []
         self.counters: list[_Counter] = []
@@ -255,7 +254,7 @@ class _Observations:
                     yield self._event("link_up", f"{device} port {port}: back to {combo}", obs, "info", attrs)
                 previous = active
             last = seen[-1]
-            if len(combos) > 1 and any_down:
+            if len(combos) > 2 and any_down:
                 yield self._event("link_flap", f"{device} port {port} changed state {len(combos) - 1} times: "
                                   + " -> ".join(combos), last, "error",
                                   {"device": device, "port": _int_or(port), "states": combos,
