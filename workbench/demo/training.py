@@ -169,10 +169,9 @@ def _nvsmi(n: int, host: str) -> str:
         if host == CULPRIT_HOST and i == 3:
             missing.append(f"0000{full}")
             continue
-        # after the job died the GPUs are idle; the culprit's neighbours show the PCIe replays it caused
+        # snapshot taken after the job died: the GPUs that still answer are idle
         gpus.append(Gpu(index=i, bus=full, uuid=_uuid(n, i), serial=_serial(n, i), util=0, mem_used=1,
-                        temp=31 + (i * 3 + n) % 5, power=71.0 + (i * 7 + n) % 9,
-                        replays=0))
+                        temp=31 + (i * 3 + n) % 5, power=71.0 + (i * 7 + n) % 9))
     return page(gpus, CAPTURED - timedelta(seconds=7), missing=missing)
 
 
@@ -240,6 +239,8 @@ def _progress() -> list[str]:
 
 
 def _failure(n: int, host: str) -> list[str]:
+    """The end of each rank's log. PyTorch's c10 logger stamps lines like glog but prints the month
+    without a leading zero (``E314`` is 14 March), with nanoseconds."""
     out = []
     for local in range(8):
         rank = n * 8 + local
