@@ -162,10 +162,13 @@ def _parse_facts(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
     except ValueError as exc:
         yield Skipped(None, f"host facts are not JSON: {exc}")
         return
+    if not isinstance(facts, dict):
+        yield Skipped(None, "host facts are not a JSON object")
+        return
     host = facts.get("hostname") or ctx.host
     for key, value in facts.items():
-        if key in ("versions", "env"):
-            for sub, val in (value or {}).items():
+        if key in ("versions", "env") and isinstance(value, dict):
+            for sub, val in value.items():
                 yield HostFact(f"{key}.{sub}", str(val), host=host)
         elif value is not None:
             yield HostFact(key, str(value), host=host)

@@ -186,6 +186,23 @@ class Bundle:
             raise
         return sha, aid, True
 
+    def add_alias(self, sha256: str, *, kind: str, source: str, collector: str | None = None,
+                  host: str | None = None, captured_at: datetime | None = None,
+                  info: dict[str, Any] | None = None) -> bool:
+        """Record that bytes already stored also came from another host (the same dpkg.log on two
+        nodes of one image): the bytes stay stored once, the second provenance is kept so that
+        host's rows can be parsed too. False when that host already has these bytes."""
+        known = self.con.execute(
+            "SELECT count(*) FROM (SELECT host FROM artifact WHERE sha256 = ? "
+            "UNION ALL SELECT host FROM artifact_alias WHERE sha256 = ?) WHERE host IS NOT DISTINCT FROM ?",
+            [sha256, sha256, host]).fetchall()[0][0]
+        if known:
+            return False
+        self.con.execute("INSERT INTO artifact_alias VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         [sha256, collector, kind, host, source,
+                          utc_naive(captured_at or datetime.now(timezone.utc)), json.dumps(info or {}, default=str)])
+        return True
+
     def set_parse_stats(self, artifact_id: int, *, lines: int, events: int, rows: int, skipped: int,
                         skip_reasons: dict[str, int], kind: str | None = None) -> None:
         """Parse statistics are filled once, right after the artifact is stored, before sealing."""
@@ -269,7 +286,13 @@ class Bundle:
         meta = {k: v for k, v in self.meta().items() if k in ("incident_id", "title", "created_at")}
         rows = self.con.execute(
             "SELECT sha256, size, collector, kind, host, source FROM artifact ORDER BY sha256").fetchall()
-        doc = json.dumps({"meta": meta, "artifacts": [list(r) for r in rows]}, sort_keys=True, default=str)
+        aliases = self.con.execute(
+            "SELECT sha256, collector, kind, host, source FROM artifact_alias "
+            "ORDER BY sha256, host NULLS FIRST, source").fetchall()
+        doc = {"meta": meta, "artifacts": [list(r) for r in rows]}
+        if aliases:
+            doc["aliases"] = [list(r) for r in aliases]
+        doc = json.dumps(doc, sort_keys=True, default=str)
         return hashlib.sha256(doc.encode()).hexdigest()
 
     def seal(self, *, complete: bool = True) -> str:

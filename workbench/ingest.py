@@ -97,10 +97,16 @@ class Session:
         result = FileResult(path=name, kind=kind, host=host, sha256=sha)
         result.size = self.bundle.con.execute("SELECT size FROM artifact WHERE id = ?", [aid]).fetchall()[0][0]
         if not is_new:
-            result.status = "duplicate"
-            return result
+            stored_host = self.bundle.con.execute("SELECT host FROM artifact WHERE id = ?", [aid]).fetchall()[0][0]
+            if host == stored_host or not self.bundle.add_alias(
+                    sha, kind=kind, source=source, collector=module.NAME if module else None, host=host,
+                    captured_at=captured_at or mtime, info=info):
+                result.status = "duplicate"
+                return result
+            result.status = "same bytes as another host's"
         if module is None or not hasattr(module, "parse"):
-            self.bundle.set_parse_stats(aid, lines=0, events=0, rows=0, skipped=0, skip_reasons={})
+            if is_new:
+                self.bundle.set_parse_stats(aid, lines=0, events=0, rows=0, skipped=0, skip_reasons={})
             return result
         ctx = ParseContext(host=host, boot_time=self.boot_times.get(host or "", self.default_boot),
                            reference_time=self.reference_time, mtime=mtime, source_name=name,
@@ -131,8 +137,9 @@ class Session:
         result.rows = sum(writer.counts.values())
         result.skipped = writer.skipped
         result.skip_reasons = writer.skip_reasons
-        self.bundle.set_parse_stats(aid, lines=result.lines, events=result.events, rows=result.rows,
-                                    skipped=result.skipped, skip_reasons=writer.skip_reasons)
+        if is_new:
+            self.bundle.set_parse_stats(aid, lines=result.lines, events=result.events, rows=result.rows,
+                                        skipped=result.skipped, skip_reasons=writer.skip_reasons)
         return result
 
     def _learn(self, fact: HostFact) -> None:
@@ -191,7 +198,7 @@ def ingest_paths(bundle: Bundle, paths: list[str], *, kind: str | None = None, h
             results.append(result)
             if progress:
                 progress(result)
-    if any(r.status == "new" for r in results) or bundle.last_seal() is None:
+    if any(r.status != "duplicate" and r.status != "error" for r in results) or bundle.last_seal() is None:
         run_derivations(bundle)
         bundle.seal()
     return results

@@ -29,6 +29,15 @@ CREATE TABLE artifact (
     skip_reasons JSON,
     info JSON
 );
+CREATE TABLE artifact_alias (
+    sha256 VARCHAR NOT NULL,
+    collector VARCHAR,
+    kind VARCHAR,
+    host VARCHAR,
+    source VARCHAR NOT NULL,
+    captured_at TIMESTAMP,
+    info JSON
+);
 CREATE TABLE artifact_chunk (artifact_id INTEGER NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL);
 CREATE TABLE event (
     id BIGINT,

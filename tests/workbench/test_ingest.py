@@ -48,6 +48,22 @@ def test_same_files_twice_are_stored_once(tmp_path, bundle_path):
         assert len(bundle.artifacts()) == 3 and bundle.verify() == []
 
 
+def test_same_bytes_on_two_hosts_are_stored_once_and_parsed_for_both(tmp_path, bundle_path):
+    for node in ("node01", "node02"):
+        (tmp_path / "ev" / node).mkdir(parents=True)
+        (tmp_path / "ev" / node / "uptime.txt").write_text("2026-11-29 08:00:00\n")
+    with Bundle.create(bundle_path) as bundle:
+        results = ingest_paths(bundle, [str(tmp_path / "ev")])
+        assert sorted(r.status for r in results) == ["new", "same bytes as another host's"]
+        assert len(bundle.artifacts()) == 1
+        boots = bundle.con.execute(
+            "SELECT host FROM host_inventory WHERE key = 'boot_time' ORDER BY host").fetchall()
+        assert boots == [("node01",), ("node02",)]
+        assert bundle.verify() == []
+        again = ingest_paths(bundle, [str(tmp_path / "ev")])
+        assert {r.status for r in again} == {"duplicate"}
+
+
 def test_tar_gz_and_zip_and_gz_are_unpacked(tmp_path, bundle_path):
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         if r.error:
             print(f"{r.path}: {r.error}")
-    new = [r for r in results if r.status == "new"]
+    new = [r for r in results if r.status not in ("duplicate", "error")]
     print(f"{len(results)} files: {len(new)} new, {sum(r.status == 'duplicate' for r in results)} duplicate, "
           f"{sum(r.status == 'error' for r in results)} unreadable; {sum(r.events for r in new)} events, "
           f"{sum(r.skipped for r in new)} skipped lines")
