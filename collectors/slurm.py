@@ -204,7 +204,13 @@ def capture(ctx: CaptureContext) -> Iterator[Artifact]:
     jobs = _job_options(ctx.options.get("slurm_job"))
     since = (ctx.since or datetime.now(timezone.utc) - timedelta(days=1)).astimezone(timezone.utc)
     window = since.strftime("%Y-%m-%dT%H:%M:%S")
-    yield from _capture_sacct(ctx, jobs, window)
+    accounting = list(_capture_sacct(ctx, jobs, window))
+    yield from accounting
+    if not any(a.info.get("exit_code") == 0 for a in accounting) and settings.get("JobCompType") == "jobcomp/filetxt":
+        # no accounting database: the job completion file is the only job history there is
+        comp = _read_tail(ctx, settings.get("JobCompLoc", ""), kind="scontrol_job")
+        if comp is not None:
+            yield comp
     for job in jobs[:50] or [None]:
         argv = ["scontrol", "show", "job", "-o"] + ([job] if job else [])
         yield _checked(ctx, ctx.run(argv, kind="scontrol_job", timeout=COMMAND_TIMEOUT, max_bytes=64 << 20))
@@ -279,7 +285,7 @@ def _config_settings(text: str) -> dict[str, str]:
     return settings
 
 
-def _read_tail(ctx: CaptureContext, path: str) -> Artifact | None:
+def _read_tail(ctx: CaptureContext, path: str, kind: str = "slurm_log") -> Artifact | None:
     """The last LOG_TAIL_BYTES of a log: an incident is at the end of a log, not its start."""
     try:
         with open(path, "rb") as f:
@@ -294,7 +300,7 @@ def _read_tail(ctx: CaptureContext, path: str) -> Artifact | None:
     except OSError as exc:
         ctx.missing(path, f"unavailable: {exc.strerror or exc}")
         return None
-    return Artifact(source=path, kind="slurm_log", data=data, host=ctx.host,
+    return Artifact(source=path, kind=kind, data=data, host=ctx.host,
                     info={"path": path, "offset": offset, "bytes": len(data), "size": size, "truncated": offset > 0,
                           "mtime": mtime})
 

@@ -615,6 +615,17 @@ def test_capture_falls_back_to_sacct_parsable_on_22_05(slurm_env, tmp_path):
     assert ctx.missed == []
 
 
+def test_capture_without_accounting_reads_the_jobcomp_file(slurm_env, tmp_path):
+    comp = tmp_path / "jobcomp.txt"
+    comp.write_text(JOBCOMP)
+    config = f"JobCompType             = jobcomp/filetxt\nJobCompLoc              = {comp}\nSLURM_VERSION = 22.05.8\n"
+    ctx = FakeContext({"scontrol show config": (0, config), "sacct": (1, "")})
+    arts = list(slurm.capture(ctx))
+    comp_art = next(a for a in arts if a.source == str(comp))
+    assert comp_art.kind == "scontrol_job" and comp_art.data == JOBCOMP.encode()
+    assert any(what.startswith("sacct -P") for what, _ in ctx.missed)
+
+
 def test_capture_keeps_json_where_exit_codes_are_right(slurm_env):
     doc = json.loads(SACCT_JSON)
     doc["meta"]["Slurm"]["release"] = "23.11.4"
