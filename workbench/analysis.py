@@ -36,6 +36,8 @@ from workbench.playbook import (
 from workbench.workload import detect_workload
 
 MAX_HYPOTHESES = 10
+TOP_FAULT = 0.35
+"""A top hypothesis this strong makes the checks behind it a fault in their layer."""
 MIN_LISTED = 0.02
 _ORDER = {"no_evidence": 0, "clear": 1, "suspect": 2, "fault": 3}
 
@@ -146,8 +148,9 @@ def _first_anomaly(top: Candidate | None, results: list[CheckResult], groups: li
     without a winner, the earliest suspect row or symptom; None when nothing is anomalous."""
     if top is not None:
         chain = [top, *top.consequences]
-        rows = [r for c in chain for r in c.rows if r["strength"] >= 0.2 and r["at"] is not None
-                and not (r.get("origin") in STATE_ORIGINS and c is not top)]
+        rows = [r for c in chain for r in c.rows if r["strength"] >= 0.2 and r["at"] is not None]
+        timed = [r for r in rows if not _is_state(r)]
+        rows = timed or rows  # a snapshot says when a state was seen, not when it began
         rows += [g.rows[0] for g in groups if g.explained_by is top and g.rows[0]["at"] is not None]
     else:
         rows = [r for res in results if res.check.role == "cause" for r in res.rows
@@ -155,9 +158,13 @@ def _first_anomaly(top: Candidate | None, results: list[CheckResult], groups: li
         rows += [g.rows[0] for g in groups if g.rows[0]["at"] is not None]
     if not rows:
         return None
-    first = min(rows, key=lambda r: (r["at"], -r["strength"] if "check" in r else 0))
+    first = min(rows, key=lambda r: (r["at"], r.get("artifact") or "", r.get("line") or 0))
     return {"ts": iso(first["at"]), "host": first.get("host"), "layer": first.get("layer") or _symptom_layer(first),
             "kind": first.get("kind"), "text": (first.get("text") or "")[:400]}
+
+
+def _is_state(row: dict[str, Any]) -> bool:
+    return row.get("origin") in STATE_ORIGINS or row.get("kind") == "gpu_sample"
 
 
 def _symptom_layer(row: dict[str, Any]) -> str:
@@ -167,18 +174,22 @@ def _symptom_layer(row: dict[str, Any]) -> str:
 
 def _layers(playbook: Playbook, results: list[CheckResult], ranked: list[Candidate]) -> dict[str, Any]:
     """Per-layer verdicts. A check's own verdict is capped by how the engine judged its rows: rows
-    that only feed background hypotheses (below LOW_SCORE) do not make a layer suspect."""
+    that only feed background hypotheses (below LOW_SCORE) do not make a layer suspect, and the
+    checks behind a clear winner (the top hypothesis at TOP_FAULT or more) mark its layer a fault."""
     best_of: dict[str, float] = {}
     for c in ranked:
         for row in c.rows:
             best_of[row["check"]] = max(best_of.get(row["check"], 0.0), c.score)
+    winners = {row["check"] for row in ranked[0].rows} if ranked and ranked[0].score >= TOP_FAULT else set()
     out: dict[str, Any] = {}
     for plan in playbook.layers:
         verdict = "no_evidence"
         findings = []
         for res in (r for r in results if r.check.layer == plan.layer):
             v = res.verdict
-            if res.check.role == "cause" and res.rows:
+            if res.check.id in winners:
+                v = "fault"
+            elif res.check.role == "cause" and res.rows:
                 best = best_of.get(res.check.id, 0.0)
                 cap = "fault" if best >= 0.5 else "suspect" if best >= LOW_SCORE else "clear"
                 v = min(v, cap, key=_ORDER.__getitem__)

@@ -88,6 +88,8 @@ def validate_causes(data: Any) -> dict[str, dict[str, Any]]:
         for other in entry["absorbs"]:
             if cid in data[other]["absorbs"]:
                 raise CatalogError(f"causes.yaml: {cid} and {other} absorb each other")
+            if cid in data[other]["leads_to"]:
+                raise CatalogError(f"causes.yaml: {cid} absorbs {other}, which also leads to it")
     return data
 
 

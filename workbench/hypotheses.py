@@ -34,9 +34,14 @@ LOW_SCORE = 0.2
 """Below this a hypothesis is background: the engine does not call it a root cause."""
 SIGNIFICANT = 0.2
 """Rows weaker than this (corrected AER, an idle GPU's throttle) never join another cause's picture."""
-STATE_ORIGINS = frozenset({"captured", "mtime", "none", "snapshot"})
+STATE_ORIGINS = frozenset({"captured", "mtime", "snapshot"})
 """Timestamps that say when a state was seen, not when it began."""
 NO_SYMPTOM_FACTOR = 0.6
+BASE_FIT = 0.15
+"""The share of a candidate's strength it keeps when it explains none of the symptoms."""
+CHANGE_LATENCY_S = 86_400.0
+"""A change can lie dormant until the next restart or job start: a change this long before the rest
+of its cause's evidence still belongs to the same episode."""
 MAX_EVIDENCE = 12
 
 
@@ -46,6 +51,7 @@ class Place:
 
     rank_place: dict[int, tuple[str | None, str | None]] = field(default_factory=dict)
     job_hosts: set[str] = field(default_factory=set)
+    machines: set[str] = field(default_factory=set)
     gpus_in_use: dict[str, set[str]] = field(default_factory=dict)
     known_gpus: dict[str, set[str]] = field(default_factory=dict)
 
@@ -69,6 +75,11 @@ class Place:
             if len(hosts) == 1:
                 gpus = {g for _, g in places if g}
                 place.rank_place[rank] = (next(iter(hosts)), next(iter(gpus)) if len(gpus) == 1 else None)
+        place.machines = {r[0] for r in con.execute(
+            "SELECT DISTINCT host FROM event WHERE host IS NOT NULL AND coalesce(ts_origin, '') <> 'derived' "
+            "UNION SELECT DISTINCT host FROM gpu_sample WHERE host IS NOT NULL "
+            "UNION SELECT DISTINCT host FROM host_inventory WHERE host IS NOT NULL").fetchall()}
+        place.machines |= place.job_hosts
         for host, gpu in con.execute(
                 "SELECT DISTINCT host, gpu FROM gpu_inventory WHERE gpu IS NOT NULL UNION "
                 "SELECT DISTINCT host, gpu FROM gpu_sample WHERE gpu IS NOT NULL UNION "
@@ -135,11 +146,16 @@ class Candidate:
         return max((r["strength"] for r in self.rows), default=0.0)
 
     @property
-    def first_seen(self) -> datetime | None:
-        """Earliest significant evidence: weak early rows (background noise) do not move it."""
+    def significant_times(self) -> list[datetime]:
+        """Times of the evidence that carries the candidate (at least half its peak strength), sorted:
+        weak early rows (background noise) do not move it."""
         floor = 0.5 * self.peak
-        times = [r["at"] for r in self.rows if r["at"] is not None and r["strength"] >= floor]
-        return min(times) if times else None
+        return sorted(r["at"] for r in self.rows if r["at"] is not None and r["strength"] >= floor)
+
+    @property
+    def first_seen(self) -> datetime | None:
+        times = self.significant_times
+        return times[0] if times else None
 
     @property
     def is_state(self) -> bool:
@@ -231,12 +247,36 @@ class Engine:
                 cand = found[key] = Candidate(cause=row["cause"], layer=entry["layer"], scope=scope, host=host,
                                               gpu=gpu)
             cand.rows.append(row)
-        for cand in found.values():
+        self._fold_gpuless(found)
+        out = [episode for cand in found.values() for episode in self._episodes(cand)]
+        for cand in out:
             if cand.scope == "global":
                 hosts = {r["host"] for r in cand.rows}
                 cand.host = next(iter(hosts)) if len(hosts) == 1 else None
-        self._fold_gpuless(found)
-        return list(found.values())
+        return out
+
+    def _episodes(self, cand: Candidate) -> list[Candidate]:
+        """Split a candidate where its evidence pauses for longer than the horizon: a deploy two days
+        ago and the one an hour ago are two candidates, judged each on its own timing. A stretch of
+        changes only joins the evidence after it when that follows within CHANGE_LATENCY_S."""
+        rows = sorted(cand.rows, key=lambda r: (r["at"] is None, r["at"] or datetime.min))
+        groups: list[list[dict[str, Any]]] = []
+        last: datetime | None = None
+        for row in rows:
+            at = row["at"]
+            if groups and at is not None and last is not None:
+                gap = (at - last).total_seconds()
+                dormant = all(r["kind"] == "change" for r in groups[-1]) and gap <= CHANGE_LATENCY_S
+                if gap > self.horizon and not dormant:
+                    groups.append([])
+            if not groups:
+                groups.append([])
+            groups[-1].append(row)
+            last = at or last
+        if len(groups) == 1:
+            return [cand]
+        return [Candidate(cause=cand.cause, layer=cand.layer, scope=cand.scope, host=cand.host, gpu=cand.gpu,
+                          rows=group) for group in groups]
 
     def _fold_gpuless(self, found: dict[tuple, Candidate]) -> None:
         """A GPU-scoped row without a GPU (a CUDA error with no rank map) joins the one GPU
@@ -276,7 +316,7 @@ class Engine:
                 if b is a or b.dropped or b.cause not in self.causes[a.cause]["absorbs"]:
                     continue
                 strong = [r for r in b.rows if r["strength"] >= SIGNIFICANT]
-                if strong and self._same_place(a, b) and self._close(a, b):
+                if strong and b.strength <= a.strength and self._same_place(a, b) and self._close(a, b):
                     a.rows.extend(strong)
                     a.absorbed.append(b.cause)
                     b.rows = [r for r in b.rows if r["strength"] < SIGNIFICANT]
@@ -288,11 +328,19 @@ class Engine:
                     continue
                 if a.first_seen is None or b.first_seen is None or b.peak < SIGNIFICANT:
                     continue
-                lag = (b.first_seen - a.first_seen).total_seconds()
-                if -self.tolerance <= lag <= self.horizon and self._same_place(a, b) and not _descends(a, b):
+                if self._active_before(a, b.first_seen) and self._same_place(a, b) and not _descends(a, b):
                     b.consequence_of = a
                     a.consequences.append(b)
                     a.boost = 1.0 - (1.0 - a.boost) * (1.0 - 0.3 * b.strength)
+
+    def _active_before(self, a: Candidate, when: datetime) -> bool:
+        """a started before ``when`` and was still showing within the horizon before it; a snapshot
+        state (df, ibstat) seen within the horizon after ``when`` may have been true all along."""
+        if a.is_state and a.first_seen is not None and 0 <= (a.first_seen - when).total_seconds() <= self.horizon:
+            return True
+        limit = when + timedelta(seconds=self.tolerance)
+        before = [t for t in a.significant_times if t <= limit]
+        return bool(before) and (when - before[-1]).total_seconds() <= self.horizon
 
     # -- scoring -----------------------------------------------------------------------------
     def relation(self, c: Candidate, g: SymptomGroup) -> float:
@@ -310,6 +358,8 @@ class Engine:
             r = 0.8 if (c.gpu and g.gpu and c.gpu != g.gpu) else 1.0
         elif c.host in self.place.job_hosts and g.host in self.place.job_hosts:
             r = 0.6
+        elif g.host not in self.place.machines:
+            r = 0.5  # a serving instance or pod seen only in metrics: which node it ran on is unknown
         else:
             r = 0.0
         in_use = self.place.gpus_in_use.get(c.host)
@@ -318,12 +368,17 @@ class Engine:
         return r
 
     def timing(self, c: Candidate, g: SymptomGroup) -> float:
-        """1 when the cause came first within the horizon; decays after it; low when it came after."""
-        if c.first_seen is None or g.first is None:
+        """1 when the cause was active shortly before the symptom (its latest significant evidence
+        before it lies within the horizon); decays when that evidence is older; low when all of it
+        came after the symptom, unless it is snapshot state that may have been true before."""
+        times = c.significant_times
+        if not times or g.first is None:
             return 0.5
-        lag = (g.first - c.first_seen).total_seconds()
-        if lag < -self.tolerance:
+        limit = g.first + timedelta(seconds=self.tolerance)
+        before = [t for t in times if t <= limit]
+        if not before:
             return 0.6 if c.is_state else 0.1
+        lag = (g.first - before[-1]).total_seconds()
         if lag <= self.horizon:
             return 1.0
         return math.exp(-(lag - self.horizon) / self.horizon)
@@ -340,7 +395,7 @@ class Engine:
             explain += self._locator_bonus(c, locators)
             c.explain = min(1.0, explain)
             if groups:
-                c.score = c.strength * (0.3 + 0.7 * c.explain)
+                c.score = c.strength * (BASE_FIT + (1.0 - BASE_FIT) * c.explain)
             else:
                 c.score = c.strength * NO_SYMPTOM_FACTOR
             if c.consequence_of is not None:

@@ -109,7 +109,7 @@ def test_playbook_schema_refuses(mutate, message: str) -> None:
 
 
 @pytest.mark.parametrize(("mutate", "message"), [
-    (lambda d: d.pop("job_time_limit"), "DESIGN cause job_time_limit is missing"),
+    (lambda d: d.pop("preemption"), "DESIGN cause preemption is missing"),
     (lambda d: d["gpu_oom"].update(layer="hardware"), "must be in layer gpu"),
     (lambda d: d["gpu_oom"].update(leads_to=["meteor"]), "unknown cause"),
     (lambda d: d["gpu_oom"].update(symptoms=["sadness"]), "unknown symptom kind"),

@@ -1,0 +1,173 @@
+"""Line formats of the tools whose output the scenarios hold, and the scenario registry.
+
+Shapes are copied from the real corpus (../shared/corpus) and from real tools' output: dmesg raw
+seconds and -T, journalctl short-iso, NCCL INFO init lines, ProcessGroupNCCL watchdog lines under
+torchrun's ``[rankN]:`` prefix, sacct -P, kubectl JSON, Prometheus exposition.
+"""
+
+# ruff: noqa: E501  (log lines are kept whole, as the tools print them)
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCENARIOS: dict[str, Callable[[Path], None]] = {}
+
+
+def scenario(func: Callable[[Path], None]) -> Callable[[Path], None]:
+    SCENARIOS[func.__name__] = func
+    return func
+
+
+def write(folder: Path, rel: str, text: str) -> None:
+    path = folder / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def expected(folder: Path, **fields: object) -> None:
+    lines = ["# What the analysis must find (see tests/scenarios/test_scenarios.py)."]
+    for key, value in fields.items():
+        if isinstance(value, dict):
+            lines.append(f"{key}:")
+            lines += [f"  {k}: {json.dumps(v)}" for k, v in value.items()]
+        else:
+            lines.append(f"{key}: {json.dumps(value)}")
+    write(folder, "expected.yaml", "\n".join(lines) + "\n")
+
+
+# -- line formats ------------------------------------------------------------------------------
+def raw(boot: datetime, when: datetime, text: str) -> str:
+    """dmesg without -T: seconds since boot, ``[%5lu.%06lu]``."""
+    s = (when - boot).total_seconds()
+    whole = int(s)
+    return f"[{whole:5d}.{int(round((s - whole) * 1e6)) % 1000000:06d}] {text}"
+
+
+def ctime(when: datetime, text: str) -> str:
+    """dmesg -T."""
+    return f"[{when.strftime('%a %b')} {when.day:2d} {when.strftime('%H:%M:%S %Y')}] {text}"
+
+
+def journal(when: datetime, host: str, text: str, ident: str = "kernel") -> str:
+    """journalctl -o short-iso."""
+    return f"{when.strftime('%Y-%m-%dT%H:%M:%S')}+0000 {host} {ident}: {text}"
+
+
+def pylog(when: datetime, text: str, level: str = "INFO") -> str:
+    return f"{when.strftime('%Y-%m-%d %H:%M:%S')},{when.microsecond // 1000:03d} - {level} - {text}"
+
+
+def glog(rank: int, when: datetime, level: str, where: str, text: str) -> str:
+    """A ProcessGroupNCCL line under torchrun's --tee prefix: ``[rank1]:[E301 14:12:13.528117104 ...]``."""
+    stamp = f"{when.month}{when.day:02d} {when.strftime('%H:%M:%S')}.{when.microsecond:06d}{(rank * 317) % 1000:03d}"
+    return f"[rank{rank}]:[{level}{stamp} {where}] {text}"
+
+
+def watchdog(rank: int, when: datetime, seq: int, op: str, numel: int, timeout_ms: int, elapsed_ms: int) -> list[str]:
+    return [
+        glog(rank, when, "E", "ProcessGroupNCCL.cpp:616",
+             f"[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, "
+             f"NumelIn={numel}, NumelOut={numel}, Timeout(ms)={timeout_ms}) ran for {elapsed_ms} milliseconds before timing out."),
+        glog(rank, when + timedelta(microseconds=1580), "E", "ProcessGroupNCCL.cpp:1785",
+             f"[PG ID 0 PG GUID 0(default_pg) Rank {rank}] Exception (either an error or timeout) detected by watchdog at "
+             f"work: {seq}, last enqueued NCCL work: {seq}, last completed NCCL work: {seq - 1}."),
+        glog(rank, when + timedelta(microseconds=1640), "E", "ProcessGroupNCCL.cpp:630",
+             f"[Rank {rank}] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA "
+             "kernels, subsequent GPU operations might run on corrupted/incomplete data."),
+    ]
+
+
+def nccl_init(host: str, pid: int, rank: int, nranks: int, dev: int, bus: str, comm: str, version: str = "2.21.5+cuda12.4",
+              ip: str = "10.10.0.1") -> list[str]:
+    """NCCL INFO init lines of one rank (NCCL 2.2x wording); ``bus`` as NCCL prints it (``2a000``)."""
+    p = f"{host}:{pid}:{pid}"
+    t = f"{host}:{pid}:{pid + 131}"
+    lines = [f"{p} [{dev}] NCCL INFO Bootstrap : Using ibp12s0:{ip}<0>",
+             f"{p} [{dev}] NCCL INFO cudaDriverVersion 12040"]
+    if rank == 0:
+        lines.append(f"{p} [{dev}] NCCL INFO NCCL version {version}")
+    lines += [f"{t} [{dev}] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ibp12s0:{ip}<0>",
+              f"{t} [{dev}] NCCL INFO Using non-device net plugin version 0",
+              f"{t} [{dev}] NCCL INFO Using network IB",
+              f"{t} [{dev}] NCCL INFO ncclCommInitRank comm 0x55d7{comm}{rank:02x}0 rank {rank} nranks {nranks} cudaDev {dev} "
+              f"nvmlDev {dev} busId {bus} commId 0x3e1a2b7c9d4f5e60 - Init START",
+              f"{t} [{dev}] NCCL INFO comm 0x55d7{comm}{rank:02x}0 rank {rank} nRanks {nranks} nNodes {nranks // 2} localRanks 2 "
+              f"localRank {dev} MNNVL 0",
+              f"{t} [{dev}] NCCL INFO Channel 00/0 : {rank}[{dev}] -> {(rank + 1) % nranks}[{(dev + 1) % 2}] via NET/IB/0",
+              f"{t} [{dev}] NCCL INFO ncclCommInitRank comm 0x55d7{comm}{rank:02x}0 rank {rank} nranks {nranks} cudaDev {dev} "
+              f"nvmlDev {dev} busId {bus} commId 0x3e1a2b7c9d4f5e60 - Init COMPLETE"]
+    return lines
+
+
+def steps(start: datetime, first_step: int, count: int, every_s: float, loss: float, rank: int,
+          step_time: float | None = None) -> list[str]:
+    out = []
+    for i in range(count):
+        when = start + timedelta(seconds=i * every_s)
+        st = step_time if step_time is not None else every_s
+        out.append(pylog(when, f"[rank{rank}] step {first_step + i * 50} | loss {loss - i * 0.002:.4f} | "
+                               f"lr 2.40e-04 | step_time {st:.2f}s | tokens/s {int(524288 / st)}"))
+    return out
+
+
+def sacct(rows: list[str]) -> str:
+    return "JobID|JobName|Partition|Account|AllocCPUS|State|ExitCode|Start|End|NodeList\n" + "\n".join(rows) + "\n"
+
+
+def uptime_s(boot: datetime) -> str:
+    return boot.strftime("%Y-%m-%d %H:%M:%S") + "\n"
+
+
+def iso(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def k8s_event(name: str, when: datetime, reason: str, message: str, kind: str, obj: str, namespace: str,
+              node: str | None, typ: str = "Warning", count: int = 1, component: str = "kubelet",
+              field_path: str | None = None) -> dict:
+    involved = {"apiVersion": "v1" if kind == "Pod" else "apps/v1", "kind": kind, "name": obj,
+                "namespace": namespace, "uid": f"6c1f{abs(hash(obj)) % 10**8:08d}-0c1e-4a53-9a1d-5d2b6e8f1a{count:02d}"}
+    if field_path:
+        involved["fieldPath"] = field_path
+    stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"apiVersion": "v1", "count": count, "eventTime": None, "firstTimestamp": stamp,
+            "involvedObject": involved, "kind": "Event", "lastTimestamp": stamp, "message": message,
+            "metadata": {"creationTimestamp": stamp, "name": f"{obj}.{name}", "namespace": namespace,
+                         "resourceVersion": str(48211000 + count)},
+            "reason": reason, "reportingComponent": component, "reportingInstance": node or "",
+            "source": {"component": component, **({"host": node} if node else {})}, "type": typ}
+
+
+def k8s_list(items: list[dict]) -> str:
+    return json.dumps({"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}},
+                      indent=4) + "\n"
+
+
+def prom(families: list[tuple[str, str, str, list[tuple[str, float]]]]) -> str:
+    """Prometheus text exposition: (name, type, help, [(labels, value)])."""
+    out = []
+    for name, typ, text, samples in families:
+        out.append(f"# HELP {name} {text}")
+        out.append(f"# TYPE {name} {typ}")
+        for labels, value in samples:
+            out.append(f"{name}{labels} {value!r}" if isinstance(value, float) else f"{name}{labels} {value}")
+    return "\n".join(out) + "\n"
+
+
+def histogram(name: str, text: str, labels: str, bounds: list[float], counts: list[float], count: float,
+              total: float) -> tuple:
+    """One histogram family: cumulative ``counts`` per bound, then +Inf, _count and _sum."""
+    samples = [(f'_bucket{{le="{b}",{labels}}}', float(c)) for b, c in zip(bounds, counts)]
+    samples.append((f'_bucket{{le="+Inf",{labels}}}', float(count)))
+    samples.append((f"_count{{{labels}}}", float(count)))
+    samples.append((f"_sum{{{labels}}}", round(total, 3)))
+    return name, "histogram", text, samples
+
+
+def stamp(when: datetime) -> str:
+    return when.strftime("%Y%m%dT%H%M%SZ")

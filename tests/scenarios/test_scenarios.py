@@ -1,0 +1,88 @@
+"""The scenario suite: multi-source incidents in their native formats, taken through ``gpuwb ingest``
+and ``gpuwb analyze --json`` exactly as a responder would, checked against each folder's
+expected.yaml (workload, layer, cause, culprit host/GPU/rank, first anomaly).
+
+Files are copied to a temporary folder first and given the scenario's capture time as mtime: a
+responder's copies carry the time they were taken, and snapshot outputs without a clock of their
+own (ibstat, df, nvidia-smi errors) are dated by it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import run_cli
+from workbench.hypotheses import LOW_SCORE
+
+HERE = Path(__file__).resolve().parent
+FOLDERS = sorted(p for p in HERE.iterdir() if (p / "expected.yaml").is_file())
+
+
+def hand_over(folder: Path, tmp_path: Path, captured_at: str) -> Path:
+    """The evidence as the responder has it: the folder without expected.yaml, files dated at capture."""
+    target = tmp_path / folder.name
+    shutil.copytree(folder, target, ignore=shutil.ignore_patterns("expected.yaml"))
+    stamp = datetime.fromisoformat(captured_at.replace("Z", "+00:00")).timestamp()
+    for path in target.rglob("*"):
+        if path.is_file():
+            os.utime(path, (stamp, stamp))
+    return target
+
+
+def analyze(folder: Path, tmp_path: Path) -> tuple[dict, dict]:
+    want = yaml.safe_load((folder / "expected.yaml").read_text())
+    evidence = hand_over(folder, tmp_path, want["captured_at"])
+    bundle = tmp_path / "incident.duckdb"
+    code, out, err = run_cli("ingest", bundle, evidence)
+    assert code == 0, err or out
+    code, out, err = run_cli("analyze", bundle, "--json")
+    assert code == 0, err
+    return json.loads(out), want
+
+
+def test_suite_covers_both_workloads_and_every_layer() -> None:
+    wants = [yaml.safe_load((f / "expected.yaml").read_text()) for f in FOLDERS]
+    assert len(FOLDERS) >= 10
+    assert {w["workload"] for w in wants} == {"training", "inference"}
+    assert {w["layer"] for w in wants if "layer" in w} == {"business", "scheduling", "gpu", "network_storage",
+                                                          "hardware"}
+    assert any(w.get("no_anomaly") for w in wants)
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_scenario(folder: Path, tmp_path: Path) -> None:
+    result, want = analyze(folder, tmp_path)
+    assert result["workload"] == want["workload"]
+    hyps = result["hypotheses"]
+    if want.get("no_anomaly"):
+        assert all(h["score"] < LOW_SCORE for h in hyps), [(h["cause"], h["host"], h["score"]) for h in hyps]
+        assert {v["verdict"] for v in result["layers"].values()} <= {"clear", "no_evidence"}, result["layers"]
+        assert result["first_anomaly"] is None
+        return
+    assert hyps, "no hypothesis at all"
+    top = hyps[0]
+    summary = [(h["layer"], h["cause"], h["host"], h["gpu"], h["score"]) for h in hyps[:4]]
+    assert (top["layer"], top["cause"]) == (want["layer"], want["cause"]), summary
+    assert top["score"] >= LOW_SCORE, summary
+    if "host" in want:
+        assert top["host"] == want["host"], summary
+    if "gpu" in want:
+        assert top["gpu"] == want["gpu"], summary
+    if "rank" in want:
+        assert want["rank"] in top["ranks"], top["ranks"]
+    if "ranks" in want:
+        assert set(want["ranks"]) <= set(top["ranks"]), top["ranks"]
+    assert result["layers"][want["layer"]]["verdict"] == "fault"
+    first = result["first_anomaly"]
+    assert first is not None
+    assert first["kind"] == want["first_anomaly"]["kind"], first
+    if "host" in want["first_anomaly"]:
+        assert first["host"] == want["first_anomaly"]["host"], first
+    for host, seconds in (want.get("clock_offsets") or {}).items():
+        assert result["clock_offsets"].get(host) == pytest.approx(seconds, abs=1.0)
