@@ -118,50 +118,30 @@ _MAX_FILES = 10_000
 
 # -- the prefilter: what a line must contain to be decoded at all ------------------------------------------------
 
-_INFO_KEEP = (b"comm 0x", b"ncclComm", b"Channel ", b"NCCL version", b"NET/IB", b"NET/Socket", b"Using network",
-              b"Bootstrap", b"Init COMPLETE", b"Init START")
-"""What follows ``NCCL INFO `` on the init lines topology needs; ``file:line -> N`` error chains are
-caught by their `` -> `` instead."""
+_INFO_KEEP = ("comm 0x", "ncclComm", "Channel [0-9]", "NCCL version", "NET/IB", "NET/Socket", "Using network",
+              "Bootstrap")
+"""What follows ``NCCL INFO `` on the init lines topology needs (plus ``file:line -> N`` error chains)."""
 
-KEYWORDS = (
-    "NCCL WARN", "NCCL ERROR", "NCCL ABORT", "NCCL version", "NCCL error", "NCCL work", "NCCL INFO",
-    "ProcessGroupNCCL", "WorkNCCL", "Watchdog", "watchdog", "Heartbeat monitor", "mismatch between collectives",
-    "CUDA error", "CUDA out of memory", "CUDA driver error", "OutOfMemoryError", "CUBLAS_STATUS", "CUDNN_STATUS",
-    "cudaError", "Cuda failure", "terminate called", "DistBackendError", "DistNetworkError", "DistStoreError",
-    "ChildFailedError", "Root Cause", "Failures:", "exitcode", "closing signal", "got signal", "death signal",
-    "exit barrier", "Not all ranks joining", "nan", "NaN", "verflow", "Skipping step", "loss': inf", "loss=inf",
-    "loss: inf", "NET/IB", "ibv_", "unhandled system error", "remote process exited",
-)
-"""Literal words that make a non-``NCCL INFO`` line worth reading (case matters)."""
+_NCCL_FAMILY = (rb"NCCL(?: (?!INFO )|[.(']|Utils| INFO (?:" + "|".join(_INFO_KEEP).encode()
+                + rb"|[^\s:]+:\d+ -> [0-9]))")
+_CUDA_FAMILY = rb"CU(?:DA (?:error|out of memory|driver error)|BLAS_STATUS_|DNN_STATUS_)"
+_FAMILIES = (re.compile(_NCCL_FAMILY), re.compile(_CUDA_FAMILY))
+"""Literal-led regexes (the engine skips ahead to ``NCCL`` / ``CU`` in C): every NCCL line except the
+plain INFO ones, ProcessGroupNCCL's lines, and CUDA errors."""
 
+NEEDLES = ("exitcode", "signal", "exit barrier", "ChildFailedError", "Root Cause", "Failures:", "nan", "NaN",
+           "verflow", "Skipping step", "DistNetworkError", "DistStoreError", "Not all ranks joining",
+           "mismatch between collectives", "terminate called")
+"""Literal words for the rest (torchrun, NaN losses, overflows, flight recorder): each is one
+``bytes.find`` sweep per block, so they are few and long."""
+_NEEDLES = tuple(n.encode() for n in NEEDLES)
 
-def _alternation(words: tuple[str, ...]) -> bytes:
-    """A trie-shaped regex for literal words: the engine then tests one branch per first byte."""
-    trie: dict[Any, Any] = {}
-    for word in words:
-        node = trie
-        for byte in word.encode():
-            node = node.setdefault(byte, {})
-        node[None] = {}
-
-    def emit(node: dict[Any, Any]) -> bytes:
-        branches = [re.escape(bytes([b])) + emit(sub) for b, sub in sorted((k, v) for k, v in node.items()
-                                                                          if k is not None)]
-        if not branches:
-            return b""
-        body = branches[0] if len(branches) == 1 else b"(?:" + b"|".join(branches) + b")"
-        if None in node:
-            return b"(?:" + body + b")?"
-        return body
-
-    return emit(trie)
-
-
-_KEYWORDS = re.compile(_alternation(KEYWORDS))
 GREP_PATTERN = "|".join(
-    [re.escape(w) for w in KEYWORDS if w != "NCCL INFO"]
-    + ["NCCL INFO (" + "|".join(re.escape(k.decode()) for k in _INFO_KEEP) + ")", r" -> [0-9]"])
-"""The same selection as an ERE for ``grep -cE`` (the benchmark's baseline)."""
+    ["NCCL ([^I]|I[^N]|IN[^F]|INF[^O]|INFO[^ ])", "NCCL[.(']", "NCCLUtils",
+     "NCCL INFO (" + "|".join(_INFO_KEEP) + "|[^ :]+:[0-9]+ -> [0-9])",
+     "CU(DA (error|out of memory|driver error)|BLAS_STATUS_|DNN_STATUS_)"]
+    + [re.escape(n).replace("\\ ", " ") for n in NEEDLES])
+"""The same selection as an ERE, for ``grep -cE`` (the benchmark's baseline)."""
 
 _TIME_CORE = re.compile(rb":[0-5]\d:[0-5]\d")
 """Every supported timestamp has HH:MM:SS; ':' makes this a literal-led, C-speed search."""
@@ -238,6 +218,10 @@ _INIT_STATE = re.compile(r"Init (?P<state>START|COMPLETE)")
 _VERSION = re.compile(r"NCCL version (?P<v>[\w.+\-]+)")
 _CHANNEL = re.compile(r"Channel (?P<ch>\d+(?:/\d+)?) : (?P<src>\d+)\[(?P<sdev>[\da-fA-F]+)\] -> (?P<dst>\d+)"
                       r"\[(?P<ddev>[\da-fA-F]+)\](?: \[(?P<dir>send|receive)\])? via (?P<via>\S+)")
+_CHANNEL_LINE = re.compile(rb"(?P<host>[\w.\-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL INFO Channel (?P<ch>\d+(?:/\d+)?) : "
+                           rb"(?P<src>\d+)\[[\da-fA-F]+\] -> (?P<dst>\d+)\[[\da-fA-F]+\]"
+                           rb"(?: \[(?P<dir>send|receive)\])? via (?P<via>\S+)")
+"""A bare channel-connect line (no prefix, so no time to learn from it): read without decoding."""
 _NET_USING = re.compile(r"NET/(?P<net>IB|Socket)\s*: Using (?P<devs>.*?)(?:\s*;\s*OOB (?P<oob>\S+))?\s*$")
 _BOOTSTRAP = re.compile(r"Bootstrap\s*: Using (?P<oob>\S+)")
 _NETWORK = re.compile(r"Using network (?P<net>\S+)")
@@ -411,54 +395,66 @@ class _Reader:
             if not chunk:
                 break
             data = carry + chunk if carry else chunk
-            lines = data.split(b"\n")
-            carry = lines.pop()
-            end = len(data) - len(carry)
+            end = data.rfind(b"\n") + 1
+            carry = data[end:]
             if giant:
-                if not lines:
+                if not end:
                     carry = b""
                     continue
-                cut = len(lines[0]) + 1
-                data, lines, end, giant = data[cut:], lines[1:], end - cut, False
+                cut = data.find(b"\n") + 1
+                data, end, giant = data[cut:], end - cut, False
                 base += 1
             if len(carry) > MAX_LINE_BYTES:
-                yield Skipped(base + len(lines) + 1, "line longer than 1 MiB")
+                yield Skipped(base + data.count(b"\n", 0, end) + 1, "line longer than 1 MiB")
                 carry, giant = b"", True
-            yield from self._block(data, lines, base, end)
-            base += len(lines)
+            base = yield from self._block(data, end, base)
             self.ctx.lines_read = base
         if carry and not giant:
-            yield from self._block(carry, [carry], base, len(carry))
-            base += 1
+            base = yield from self._block(carry + b"\n", len(carry) + 1, base)
         if giant:
             base += 1
         self.ctx.lines_read = base
         yield from self._finish()
 
-    def _block(self, data: bytes, lines: list[bytes], base: int, end: int) -> Iterator[Row]:
+    def _block(self, data: bytes, end: int, base: int) -> Iterator[Row]:
+        """Read the lines of ``data[:end]`` that the prefilter selects; returns the line count after them."""
+        lines = data[:end].split(b"\n")
+        lines.pop()
+        giants = set()
+        if len(lines) < end // 4096 and max(map(len, lines), default=0) > MAX_LINE_BYTES:
+            giants = {i for i, line in enumerate(lines) if len(line) > MAX_LINE_BYTES}
+            for i in sorted(giants):
+                yield Skipped(base + i + 1, "line longer than 1 MiB")
         gap = 0
-        known_i, known_off = 0, 0
-        has_nul = b"\x00" in data
-        if lines and max(map(len, lines)) > MAX_LINE_BYTES:
-            for i, raw in enumerate(lines):
-                if len(raw) > MAX_LINE_BYTES:
-                    yield Skipped(base + i + 1, "line longer than 1 MiB")
-        for i, raw in enumerate(lines):
-            if self.cont is None:
-                if b"NCCL INFO " in raw and raw.count(b"NCCL ") == 1:
-                    j = raw.find(b"NCCL INFO ") + 10
-                    if not raw.startswith(_INFO_KEEP, j) and b" -> " not in raw:
-                        continue
-                elif not _KEYWORDS.search(raw) and not (has_nul and b"\x00" in raw):
-                    continue
-            off = known_off + sum(map(len, lines[known_i:i])) + (i - known_i)
-            known_i, known_off = i, off
+        known_i = known_off = 0
+        i = 0
+        if self.cont is not None:
+            i = yield from self._follow(lines, 0, base)
+            known_i = i
+            known_off = gap = sum(map(len, lines[:i])) + i
+        for hit in _hit_lines(data, end, lines):
+            if hit < i or hit in giants:
+                continue
+            off = known_off + sum(map(len, lines[known_i:hit])) + (hit - known_i)
+            known_i, known_off = hit, off
             if off > gap:
                 yield from self._date_gap(data, gap, off)
-            gap = off + len(raw) + 1
-            yield from self._line(base + i + 1, raw)
+            yield from self._line(base + hit + 1, lines[hit])
+            i = hit + 1
+            if self.cont is not None:
+                i = yield from self._follow(lines, i, base)
+            gap = known_off + sum(map(len, lines[known_i:i])) + (i - known_i)
+            known_i, known_off = i, gap
         if gap < end:
             yield from self._date_gap(data, gap, end)
+        return base + len(lines)
+
+    def _follow(self, lines: list[bytes], i: int, base: int) -> Iterator[Row]:
+        """A continuation is open: every next line goes to it, selected or not, until it closes."""
+        while self.cont is not None and i < len(lines):
+            yield from self._line(base + i + 1, lines[i])
+            i += 1
+        return i
 
     # -- time of the lines in between ---------------------------------------------------------------------------
 
@@ -568,6 +564,9 @@ class _Reader:
     def _line(self, lineno: int, raw: bytes) -> Iterator[Row]:
         if len(raw) > MAX_LINE_BYTES:
             return
+        if self.cont is None and (m := _CHANNEL_LINE.match(raw)):
+            self._channel(m)
+            return
         if b"\x00" in raw:
             yield Skipped(lineno, "binary data (NUL bytes)")
             return
@@ -592,7 +591,7 @@ class _Reader:
 
     def _message(self, lineno: int, text: str, pre: _Prefix) -> Iterator[Row]:
         rest = pre.rest
-        headers = list(_NCCL_HDR.finditer(rest))
+        headers = list(_NCCL_HDR.finditer(rest)) if " NCCL " in rest else []
         if headers:
             for k, m in enumerate(headers):
                 end = headers[k + 1].start() if k + 1 < len(headers) else len(rest)
@@ -670,11 +669,7 @@ class _Reader:
                 proc.version = c.group("v")
                 yield from self._tell_version(host, proc.version)
             elif c := _CHANNEL.search(msg):
-                proc.transports[c.group("via")] += 1
-                if len(proc.channels) < _MAX_CHANNELS:
-                    proc.channels.append({"channel": c.group("ch"), "from": int(c.group("src")),
-                                          "to": int(c.group("dst")), "via": c.group("via"),
-                                          **({"dir": c.group("dir")} if c.group("dir") else {})})
+                self._add_channel(proc, c.group("ch"), c.group("src"), c.group("dst"), c.group("via"), c.group("dir"))
             elif c := _NET_USING.search(msg):
                 proc.net, proc.net_devices = c.group("net"), c.group("devs").strip()[:300]
                 proc.oob = c.group("oob") or proc.oob
@@ -720,6 +715,22 @@ class _Reader:
         if c.group("thread"):
             attrs.setdefault("thread", c.group("thread"))
         held.line = lineno
+
+    def _channel(self, m: re.Match[bytes]) -> None:
+        host = m.group("host").decode("utf-8", "replace")
+        proc = self._proc(host, int(m.group("pid")))
+        if proc is not None:
+            if len(self.hosts) < 4096:
+                self.hosts.add(host)
+            self._add_channel(proc, *(m.group(k).decode() if m.group(k) else None
+                                      for k in ("ch", "src", "dst", "via", "dir")))
+
+    @staticmethod
+    def _add_channel(proc: _Proc, ch: str, src: str, dst: str, via: str, direction: str | None) -> None:
+        proc.transports[via] += 1
+        if len(proc.channels) < _MAX_CHANNELS:
+            proc.channels.append({"channel": ch, "from": int(src), "to": int(dst), "via": via,
+                                  **({"dir": direction} if direction else {})})
 
     def _init(self, lineno: int, proc: _Proc, tid: int, c: re.Match[str], msg: str) -> Iterator[Row]:
         comm_ptr = c.group("comm")
@@ -929,6 +940,38 @@ def _summary_text(finding: Finding) -> str | None:
                + (f" ({a['signal']})" if a.get("signal") else "")) if "root_cause_rank" in a else ""
         return f"torchrun: {a.get('script') or 'job'} failed ({a.get('exception') or 'worker failure'}){who}"
     return None
+
+
+def _hit_lines(data: bytes, end: int, lines: list[bytes]) -> list[int]:
+    """Indexes of the lines worth decoding, in order. NCCL's own lines are found by the literal-led
+    regexes over the block; the needles then sweep only the rest: the block with every ``NCCL
+    INFO`` line blanked (newlines kept, so positions still count lines), usually a small remainder."""
+    rfind = data.rfind
+    starts = sorted({rfind(b"\n", 0, m.start()) + 1 for pattern in _FAMILIES for m in pattern.finditer(data, 0, end)})
+    hits = set(_line_numbers(data, starts))
+    rest = b"\n".join([b"" if b"NCCL INFO" in line else line for line in lines])
+    needles = _NEEDLES + (b"\x00",) if b"\x00" in rest else _NEEDLES
+    found: set[int] = set()
+    find, rest_rfind = rest.find, rest.rfind
+    for needle in needles:
+        pos = find(needle)
+        while pos >= 0:
+            found.add(rest_rfind(b"\n", 0, pos) + 1)
+            stop = find(b"\n", pos)
+            pos = find(needle, stop + 1) if stop >= 0 else -1
+    hits.update(_line_numbers(rest, sorted(found)))
+    return sorted(hits)
+
+
+def _line_numbers(buf: bytes, starts: list[int]) -> list[int]:
+    """0-based line numbers of sorted line-start offsets."""
+    out = []
+    pos = n = 0
+    for start in starts:
+        n += buf.count(b"\n", pos, start)
+        pos = start
+        out.append(n)
+    return out
 
 
 # -- the collector interface ---------------------------------------------------------------------------------------
