@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from workbench.bundle import Bundle
 from workbench.causes import LAYERS, load_causes
@@ -88,11 +89,16 @@ def _mark_origins(con: duckdb.DuckDBPyConnection, results: list[CheckResult]) ->
             if r["artifact"] is not None and r["line"] is not None}
     if not keys:
         return
-    con.execute("CREATE OR REPLACE TEMP TABLE _evidence_keys (artifact VARCHAR, line BIGINT)")
-    con.executemany("INSERT INTO _evidence_keys VALUES (?, ?)", sorted(keys))
-    origins = {(a, line): o for a, line, o in con.execute(
-        "SELECT e.artifact, e.line, any_value(e.ts_origin) FROM event e "
-        "JOIN _evidence_keys k ON e.artifact = k.artifact AND e.line = k.line GROUP BY e.artifact, e.line").fetchall()}
+    ordered = sorted(keys)
+    table = pa.table({"artifact": pa.array([k[0] for k in ordered], pa.string()),
+                      "line": pa.array([k[1] for k in ordered], pa.int64())})
+    con.register("_evidence_keys", table)
+    try:
+        origins = {(a, line): o for a, line, o in con.execute(
+            "SELECT e.artifact, e.line, any_value(e.ts_origin) FROM event e JOIN _evidence_keys k "
+            "ON e.artifact = k.artifact AND e.line = k.line GROUP BY e.artifact, e.line").fetchall()}
+    finally:
+        con.unregister("_evidence_keys")
     for res in results:
         for row in res.rows:
             row["origin"] = origins.get((row["artifact"], row["line"]))
@@ -213,7 +219,8 @@ def _check_json(res: CheckResult) -> dict[str, Any]:
 
 
 def _symptom_json(g: Any) -> dict[str, Any]:
-    return {"kind": g.kind, "host": g.host, "gpu": g.gpu, "rank": g.rank, "first_seen": iso(g.first),
+    return {"kind": g.kind, "host": g.host, "gpus": sorted(g.gpus), "ranks": sorted(g.ranks),
+            "first_seen": iso(g.first),
             "count": g.count, "text": (g.rows[0].get("text") or "")[:300],
             "explained_by": g.explained_by.cause if g.explained_by else None}
 

@@ -102,7 +102,7 @@ def catalog_text(name: str) -> str:
 @functools.lru_cache(maxsize=1)
 def _load() -> dict[str, dict[str, Any]]:
     text = catalog_text("causes.yaml")
-    return validate_causes(yaml.safe_load(text))
+    return validate_causes(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
 
 
 def load_causes() -> dict[str, dict[str, Any]]:

@@ -18,12 +18,14 @@ after the per-host clock offsets are applied.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 import duckdb
@@ -43,6 +45,8 @@ CHANGE_LATENCY_S = 86_400.0
 """A change can lie dormant until the next restart or job start: a change this long before the rest
 of its cause's evidence still belongs to the same episode."""
 MAX_EVIDENCE = 12
+MAX_SCORED = 200
+"""Candidates whose explanatory power is computed: on a big bad night there are thousands."""
 
 
 @dataclass
@@ -98,15 +102,17 @@ def _pci(gpu: str | None) -> str | None:
 
 @dataclass
 class SymptomGroup:
-    """One symptom kind at one place (host, GPU, rank): what a cause has to explain."""
+    """One symptom kind on one host (or, without a host, for one set of nodes): what a cause has to
+    explain. Ranks and GPUs of the host are kept together: a thousand ranks' timeouts are a hundred
+    hosts' worth of explaining, not a thousand."""
 
     kind: str
     host: str | None
-    gpu: str | None
-    rank: int | None
     nodes: frozenset[str]
     rows: list[dict[str, Any]]
     first: datetime | None
+    gpus: set[str] = field(default_factory=set)
+    ranks: set[int] = field(default_factory=set)
     count: int = 0
     explained_by: Candidate | None = None
 
@@ -130,7 +136,12 @@ class Candidate:
     explain: float = 0.0
     score: float = 0.0
 
-    @property
+    def touch(self) -> None:
+        """Forget the derived values after the rows or the boost changed."""
+        for name in ("strength", "peak", "significant_times", "first_seen", "is_state"):
+            self.__dict__.pop(name, None)
+
+    @cached_property
     def strength(self) -> float:
         """Noisy-OR over checks: independent checks agreeing make a cause more certain."""
         best: dict[str, float] = {}
@@ -141,23 +152,23 @@ class Candidate:
             miss *= 1.0 - value
         return 1.0 - miss
 
-    @property
+    @cached_property
     def peak(self) -> float:
         return max((r["strength"] for r in self.rows), default=0.0)
 
-    @property
+    @cached_property
     def significant_times(self) -> list[datetime]:
         """Times of the evidence that carries the candidate (at least half its peak strength), sorted:
         weak early rows (background noise) do not move it."""
         floor = 0.5 * self.peak
         return sorted(r["at"] for r in self.rows if r["at"] is not None and r["strength"] >= floor)
 
-    @property
+    @cached_property
     def first_seen(self) -> datetime | None:
         times = self.significant_times
         return times[0] if times else None
 
-    @property
+    @cached_property
     def is_state(self) -> bool:
         """All evidence is snapshot state (nvidia-smi -q, ibstat): seen then, possibly true before."""
         return bool(self.rows) and all(r.get("origin") in STATE_ORIGINS or r["kind"] == "gpu_sample"
@@ -221,14 +232,18 @@ class Engine:
         groups: dict[tuple, SymptomGroup] = {}
         for row in rows:
             self.locate(row)
-            key = (row["kind"], row["host"], row["gpu"], row["rank"])
+            nodes = expand_hostlist(row.get("nodes")) if row["host"] is None else frozenset()
+            key = (row["kind"], row["host"], nodes)
             group = groups.get(key)
             if group is None:
-                group = groups[key] = SymptomGroup(kind=row["kind"], host=row["host"], gpu=row["gpu"],
-                                                   rank=row["rank"], nodes=expand_hostlist(row.get("nodes")),
-                                                   rows=[], first=None)
+                group = groups[key] = SymptomGroup(kind=row["kind"], host=row["host"], nodes=nodes, rows=[],
+                                                   first=None)
             group.rows.append(row)
             group.count += 1
+            if row["gpu"]:
+                group.gpus.add(row["gpu"])
+            if row["rank"] is not None:
+                group.ranks.add(row["rank"])
             if row["at"] is not None and (group.first is None or row["at"] < group.first):
                 group.first = row["at"]
         return sorted(groups.values(), key=lambda g: (g.first is None, g.first or datetime.min, g.kind))
@@ -289,6 +304,7 @@ class Engine:
                         if k_cause == cause and k_host == host and k_gpu is not None]
             if len(siblings) == 1:
                 siblings[0].rows.extend(cand.rows)
+                siblings[0].touch()
                 del found[key]
 
     # -- relations ---------------------------------------------------------------------------
@@ -321,6 +337,8 @@ class Engine:
                     a.absorbed.append(b.cause)
                     b.rows = [r for r in b.rows if r["strength"] < SIGNIFICANT]
                     b.dropped = not b.rows
+                    a.touch()
+                    b.touch()
         live = [c for c in cands if not c.dropped and c.rows]
         for a in sorted(live, key=lambda c: (c.first_seen is None, c.first_seen or datetime.min)):
             for b in live:
@@ -332,6 +350,7 @@ class Engine:
                     b.consequence_of = a
                     a.consequences.append(b)
                     a.boost = 1.0 - (1.0 - a.boost) * (1.0 - 0.3 * b.strength)
+                    a.__dict__.pop("strength", None)
 
     def _active_before(self, a: Candidate, when: datetime) -> bool:
         """a started before ``when`` and was still showing within the horizon before it; a snapshot
@@ -355,7 +374,7 @@ class Engine:
             else:
                 r = 0.5
         elif g.host == c.host:
-            r = 0.8 if (c.gpu and g.gpu and c.gpu != g.gpu) else 1.0
+            r = 0.8 if (c.gpu and g.gpus and c.gpu not in g.gpus) else 1.0
         elif c.host in self.place.job_hosts and g.host in self.place.job_hosts:
             r = 0.6
         elif g.host not in self.place.machines:
@@ -374,22 +393,27 @@ class Engine:
         times = c.significant_times
         if not times or g.first is None:
             return 0.5
-        limit = g.first + timedelta(seconds=self.tolerance)
-        before = [t for t in times if t <= limit]
-        if not before:
+        n = bisect.bisect_right(times, g.first + timedelta(seconds=self.tolerance))
+        if n == 0:
             return 0.6 if c.is_state else 0.1
-        lag = (g.first - before[-1]).total_seconds()
+        lag = (g.first - times[n - 1]).total_seconds()
         if lag <= self.horizon:
             return 1.0
         return math.exp(-(lag - self.horizon) / self.horizon)
 
     def score(self, cands: list[Candidate], groups: list[SymptomGroup], locators: list[dict[str, Any]]) -> None:
+        """Explanatory power for the candidates that could matter (strength of LOW_SCORE or more, the
+        strongest MAX_SCORED of them); the rest keep BASE_FIT of their strength, which is below
+        LOW_SCORE anyway."""
+        contenders = sorted((c for c in cands if c.strength >= LOW_SCORE), key=lambda c: -c.strength)[:MAX_SCORED]
+        chosen = {id(c) for c in contenders}
         for c in cands:
-            c.fit = {i: self.relation(c, g) * self.timing(c, g) for i, g in enumerate(groups)}
+            c.fit = {i: self.relation(c, g) * self.timing(c, g) for i, g in enumerate(groups)} \
+                if id(c) in chosen else {}
         for c in cands:
             for b in _downstream(c):
                 for i, value in b.fit.items():
-                    c.fit[i] = max(c.fit[i], value)
+                    c.fit[i] = max(c.fit.get(i, 0.0), value)
         for c in cands:
             explain = sum(c.fit.values()) / len(groups) if groups else 0.0
             explain += self._locator_bonus(c, locators)
@@ -400,8 +424,9 @@ class Engine:
                 c.score = c.strength * NO_SYMPTOM_FACTOR
             if c.consequence_of is not None:
                 c.score *= 0.5
+        scored = [c for c in cands if c.fit]
         for i, g in enumerate(groups):
-            best = max(cands, key=lambda c: (c.fit.get(i, 0.0) * c.score, -id(c)), default=None)
+            best = max(scored, key=lambda c: (c.fit.get(i, 0.0) * c.score, -id(c)), default=None)
             if best is not None and best.fit.get(i, 0.0) >= 0.3 and best.score >= LOW_SCORE:
                 root = best
                 while root.consequence_of is not None:
