@@ -8,8 +8,10 @@ Beyond DESIGN's keys the object carries: ``playbook`` (workload and title), ``wo
 ``clock_offsets`` (host -> seconds subtracted from its times), ``stage0`` and ``recover`` (the
 playbook's steps with what the bundle says about them), ``checks`` (every check with its
 question, why, verdict and row count), ``symptoms`` (symptom groups and the cause that explains
-each) and ``layer_focus``. Hypotheses carry ``explains`` and ``symptom_evidence`` besides
-DESIGN's fields.
+each) and ``layer_focus``. Hypotheses carry, besides DESIGN's fields, ``consequences`` (downstream
+causes it led to, e.g. kv_cache_pressure after a traffic surge), ``absorbed`` (causes folded into
+it at the same place, e.g. the PCIe error before an Xid 79), ``explains`` (how many symptom groups
+it explains, its strength and explanatory power) and ``symptom_evidence``.
 """
 
 from __future__ import annotations
@@ -137,12 +139,14 @@ def _hypothesis(n: int, c: Candidate, causes: dict[str, dict[str, Any]], groups:
     ranks = set(engine.place.ranks_at(c.host, c.gpu)) if c.scope != "global" and c.host else set()
     ranks.update(r["rank"] for r in c.rows if r.get("rank") is not None and c.scope != "global")
     mine = [g for g in groups if g.explained_by is c]
-    symptoms = sorted({g.kind for g in mine}) + sorted({b.cause for b in c.consequences})
+    symptoms = sorted({g.kind for g in mine})
     return {
         "rank": n, "layer": c.layer, "cause": c.cause, "score": round(min(1.0, c.score), 3),
         "host": c.host, "gpu": c.gpu, "ranks": sorted(ranks), "first_seen": iso(c.first_seen),
         "summary": describe(c, causes, groups, sorted(ranks)), "symptoms": symptoms,
         "evidence": _pick_evidence(c.rows),
+        "consequences": sorted({b.cause for b in c.consequences}),
+        "absorbed": sorted(set(c.absorbed)),
         "explains": {"symptom_groups": len(mine), "of": len(groups), "strength": round(c.strength, 3),
                      "explanatory_power": round(c.explain, 3)},
         "symptom_evidence": [_evidence(g.rows[0]) for g in mine[:10]],

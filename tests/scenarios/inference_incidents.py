@@ -97,7 +97,7 @@ def infer_traffic_surge_kv_cache(folder: Path) -> None:
     write(folder, "changes/deploys.csv", "ts,what,version,from_version,who\n2025-03-03T09:30:12Z,vllm-serving config,max_num_seqs=256,max_num_seqs=192,platform-bot\n")
     expected(folder, description="request rate triples; KV cache saturates, requests queue, p99 TTFT spikes, a replica is OOMKilled",
              captured_at="2025-03-06T14:25:00Z", workload="inference", layer="business", cause="traffic_surge",
-             first_anomaly={"kind": "request_rate_surge"})
+             consequences=["kv_cache_pressure"], first_anomaly={"kind": "request_rate_surge"})
 
 
 @scenario
@@ -199,4 +199,4 @@ def infer_disk_full_eviction(folder: Path) -> None:
     write(folder, "k8s/events.json", k8s_list(events))
     expected(folder, description="gpu-node-2's kubelet filesystem fills; its TGI replicas are evicted; the remaining replica overloads",
              captured_at="2025-03-13T15:35:00Z", workload="inference", layer="network_storage", cause="disk_full",
-             host="gpu-node-2", first_anomaly={"kind": "k8s_event", "host": "gpu-node-2"})
+             host="gpu-node-2", consequences=["pod_eviction"], first_anomaly={"kind": "k8s_event", "host": "gpu-node-2"})

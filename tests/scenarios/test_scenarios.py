@@ -78,6 +78,7 @@ def test_scenario(folder: Path, tmp_path: Path) -> None:
         assert want["rank"] in top["ranks"], top["ranks"]
     if "ranks" in want:
         assert set(want["ranks"]) <= set(top["ranks"]), top["ranks"]
+    assert set(want.get("consequences", [])) <= set(top["consequences"]), top["consequences"]
     assert result["layers"][want["layer"]]["verdict"] == "fault"
     first = result["first_anomaly"]
     assert first is not None

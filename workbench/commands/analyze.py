@@ -82,6 +82,8 @@ def render(result: dict[str, Any], *, top: int = 5) -> str:
         out.extend(textwrap.wrap(h["summary"], width=116, initial_indent="     ", subsequent_indent="     "))
         if h["symptoms"]:
             out.append(f"     symptoms: {', '.join(h['symptoms'])}")
+        if h.get("consequences"):
+            out.append(f"     led to: {', '.join(h['consequences'])}")
         for ev in h["evidence"][:6]:
             loc = f"{(ev['artifact'] or '')[:8]}:{ev['line']}" if ev["artifact"] else ev["source"]
             out.append(f"       {ev['ts'] or '?':<24} {ev['host'] or '-':<10} {ev['text'][:90]}  [{loc}]")
