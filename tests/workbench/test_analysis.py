@@ -264,3 +264,43 @@ def test_stage0_reports_checkpoint_state(tmp_path: Path) -> None:
 ])
 def test_expand_hostlist(text: str, names: set[str]) -> None:
     assert expand_hostlist(text) == names
+
+
+def test_an_old_deploy_is_not_this_incident(tmp_path: Path) -> None:
+    """Two releases of the same model: the one a minute before the errors is the cause, the one two
+    days earlier is a separate, stale candidate."""
+    rows = [
+        Event(kind="change", message="deploy model llm 1 -> 2", ts=at(-2 * 86400), layer="business",
+              attrs={"what": "model llm", "version": "2", "via": "records"}, line=1),
+        Event(kind="change", message="deploy model llm 2 -> 3", ts=at(-60), layer="business",
+              attrs={"what": "model llm", "version": "3", "via": "records"}, line=2),
+        Event(kind="error_rate_spike", message="error ratio 0.21 vs 0.0004", ts=at(30), host="triton-0",
+              layer="business", line=3),
+    ]
+    doc = run(make_bundle(tmp_path / "b.duckdb", rows, collector="changes"))
+    top, *rest = doc["hypotheses"]
+    assert (top["cause"], top["first_seen"]) == ("bad_change", "2025-03-01T13:59:00.000Z")
+    assert top["symptoms"] == ["error_rate_spike"]
+    assert doc["first_anomaly"]["text"] == "deploy model llm 2 -> 3"
+    assert [h["score"] < LOW_SCORE for h in rest] == [True]
+
+
+def test_fatal_aer_on_another_host_stays_apart(tmp_path: Path) -> None:
+    rows = [r for r in xid79_rows() if not (isinstance(r, Event) and r.kind == "pcie_aer")]
+    rows.append(Event(kind="pcie_aer", message="pcieport 0000:17:01.0: AER: Uncorrected (Fatal) error received",
+                      ts=at(0), host="node08", layer="hardware",
+                      attrs={"severity": "uncorrected_fatal", "device": "0000:17:01.0"}, line=10))
+    doc = run(make_bundle(tmp_path / "b.duckdb", rows))
+    top = doc["hypotheses"][0]
+    assert (top["cause"], top["host"], top["absorbed"]) == ("gpu_fell_off_bus", "node07", [])
+    assert doc["first_anomaly"]["kind"] == "xid"
+    assert any(h["cause"] == "pcie_link_degraded" and h["host"] == "node08" for h in doc["hypotheses"])
+
+
+def test_job_state_logged_by_several_hosts_anchors_their_clocks(tmp_path: Path) -> None:
+    rows = [Event(kind="job_state", message="job 4242 FAILED", ts=at(100 + skew), host=host, layer="scheduling",
+                  attrs={"job": "4242", "state": "FAILED"}, line=n)
+            for n, (host, skew) in enumerate((("node01", 0.0), ("node02", 0.2), ("node03", -25.0)))]
+    path = make_bundle(tmp_path / "b.duckdb", rows, collector="slurm")
+    with Bundle.open(path) as bundle:
+        assert estimate_offsets(bundle.con) == {"node03": pytest.approx(-25.0, abs=0.5)}
