@@ -4,7 +4,8 @@ Decide the workload, evaluate every check of its playbook into per-layer verdict
 candidate root causes (workbench/hypotheses.py) and name the first anomaly of the winning chain.
 The CLI, the TUI and the report all call ``analyze`` so they cannot disagree.
 
-Beyond DESIGN's keys the object carries: ``playbook`` (workload and title), ``workload_signals``,
+Beyond DESIGN's keys the object carries: ``impact`` (failure, degradation or none, from the
+symptoms), ``playbook`` (workload and title), ``workload_signals``,
 ``clock_offsets`` (host -> seconds subtracted from its times), ``stage0`` and ``recover`` (the
 playbook's steps with what the bundle says about them), ``checks`` (every check with its
 question, why, verdict and row count), ``symptoms`` (symptom groups and the cause that explains
@@ -70,6 +71,7 @@ def analyze(bundle: Bundle, workload: str | None = None) -> dict[str, Any]:
     top = ranked[0] if ranked and ranked[0].score >= LOW_SCORE else None
     return {
         "workload": playbook.workload if workload else detected,
+        "impact": _impact(groups),
         "window": _window(con),
         "first_anomaly": _first_anomaly(top, results, groups),
         "hypotheses": hypotheses,
@@ -83,6 +85,22 @@ def analyze(bundle: Bundle, workload: str | None = None) -> dict[str, Any]:
         "symptoms": [_symptom_json(g) for g in groups],
         "layer_focus": {plan.layer: plan.focus for plan in playbook.layers},
     }
+
+
+FAILURE_SYMPTOMS = frozenset({"job_failed", "nccl_timeout", "error_rate_spike"})
+DEGRADATION_SYMPTOMS = frozenset({"latency_spike", "throughput_drop", "queue_backlog", "straggler_rank"})
+
+
+def _impact(groups: list) -> str:
+    """"failure" (jobs or requests failed) and "degradation" (slow but working) take different
+    paths through the playbook: a failure starts from the rank or request that broke first, a
+    degradation from what is slowing everyone (throttling, queueing, memory watermark)."""
+    kinds = {g.kind for g in groups}
+    if kinds & FAILURE_SYMPTOMS:
+        return "failure"
+    if kinds & DEGRADATION_SYMPTOMS:
+        return "degradation"
+    return "none"
 
 
 def _mark_origins(con: duckdb.DuckDBPyConnection, results: list[CheckResult]) -> None:

@@ -106,7 +106,7 @@ def test_json_shape_is_design_contract(tmp_path: Path) -> None:
     assert code == 0, err
     doc = json.loads(out)
     assert DESIGN_KEYS <= set(doc)
-    assert doc["workload"] == "training"
+    assert (doc["workload"], doc["impact"]) == ("training", "failure")
     assert set(doc["layers"]) == {"business", "scheduling", "gpu", "network_storage", "hardware"}
     for layer in doc["layers"].values():
         assert layer["verdict"] in ("fault", "suspect", "clear", "no_evidence")
@@ -226,7 +226,7 @@ def surge_rows() -> list:
 
 def test_traffic_surge_explains_kv_cache_and_oom(tmp_path: Path) -> None:
     doc = run(make_bundle(tmp_path / "b.duckdb", surge_rows(), collector="prometheus"))
-    assert doc["workload"] == "inference"
+    assert (doc["workload"], doc["impact"]) == ("inference", "degradation")
     top = doc["hypotheses"][0]
     assert (top["layer"], top["cause"]) == ("business", "traffic_surge")
     assert {"latency_spike", "queue_backlog"} <= set(top["symptoms"])

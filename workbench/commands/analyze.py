@@ -43,7 +43,7 @@ def render(result: dict[str, Any], *, top: int = 5) -> str:
     """The analysis as a responder reads it in a terminal."""
     out: list[str] = []
     window = result["window"]
-    out.append(f"Workload: {result['workload']} ({result['playbook']['title']}); "
+    out.append(f"Workload: {result['workload']} ({result['playbook']['title']}), impact: {result['impact']}; "
                f"window {window['start'] or '?'} .. {window['end'] or '?'}")
     if result.get("clock_offsets"):
         out.append("Clock offsets applied: " + ", ".join(f"{h} {s:+.1f}s" for h, s in result["clock_offsets"].items()))
