@@ -90,6 +90,9 @@ def _copy(bundle: Bundle, path: Path, alias: str, result: MergeResult) -> None:
                     "JOIN _map m ON m.old_id = c.artifact_id")
         for table in EVIDENCE_TABLES:
             result.rows[table] = result.rows.get(table, 0) + _copy_rows(bundle, alias, table)
+        con.execute(f"INSERT INTO artifact_alias SELECT * FROM {alias}.artifact_alias "
+                    "WHERE sha256 IN (SELECT sha256 FROM _map)")
+        _copy_other_hosts(bundle, alias, result)
         con.execute(f"INSERT INTO capture_log SELECT * FROM {alias}.capture_log")
         con.execute(f"INSERT INTO journal SELECT (SELECT coalesce(max(id), 0) FROM journal) "
                     f"+ row_number() OVER (ORDER BY id), at_ts, author, kind, target, body FROM {alias}.journal")
@@ -103,13 +106,32 @@ def _copy(bundle: Bundle, path: Path, alias: str, result: MergeResult) -> None:
     result.duplicates += total - added
 
 
-def _copy_rows(bundle: Bundle, alias: str, table: str) -> int:
+def _copy_other_hosts(bundle: Bundle, alias: str, result: MergeResult) -> None:
+    """Bytes already in the merged bundle but from another host (the same dpkg.log on two nodes of
+    one image): keep this host's provenance as an alias and its rows, parsed for this host."""
+    con = bundle.con
+    provenance = con.execute(
+        f"SELECT sha256, host, collector, kind, source, captured_at, info FROM {alias}.artifact "
+        "WHERE sha256 NOT IN (SELECT sha256 FROM _map) "
+        f"UNION ALL SELECT sha256, host, collector, kind, source, captured_at, info FROM {alias}.artifact_alias "
+        "WHERE sha256 NOT IN (SELECT sha256 FROM _map)").fetchall()
+    for sha, host, collector, kind, source, captured_at, info in provenance:
+        if not bundle.add_alias(sha, kind=kind, source=source, collector=collector, host=host,
+                                captured_at=captured_at, info=json.loads(info) if info else None):
+            continue
+        for table in EVIDENCE_TABLES:
+            result.rows[table] = result.rows.get(table, 0) + _copy_rows(
+                bundle, alias, table, where="s.artifact = ? AND s.host IS NOT DISTINCT FROM ?", params=[sha, host])
+
+
+def _copy_rows(bundle: Bundle, alias: str, table: str, *, where: str | None = None,
+               params: list | None = None) -> int:
     """Rows of newly copied artifacts (and unattributed, non-derived ones); event ids renumbered."""
     con = bundle.con
     cols = [r[0] for r in con.execute(
         "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' AND table_name = ? "
         "AND table_catalog = current_database() ORDER BY ordinal_position", [table]).fetchall()]
-    where = "s.artifact IN (SELECT sha256 FROM _map) OR s.artifact IS NULL"
+    where = where or "s.artifact IN (SELECT sha256 FROM _map) OR s.artifact IS NULL"
     if table == "event":
         where = f"({where}) AND coalesce(s.ts_origin, '') <> 'derived'"
         base = con.execute("SELECT coalesce(max(id), 0) FROM event").fetchall()[0][0]
@@ -118,7 +140,7 @@ def _copy_rows(bundle: Bundle, alias: str, table: str) -> int:
         select = ", ".join(f's."{c}"' for c in cols)
     quoted = ", ".join(f'"{c}"' for c in cols)
     before = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
-    con.execute(f"INSERT INTO {table} ({quoted}) SELECT {select} FROM {alias}.{table} s WHERE {where}")
+    con.execute(f"INSERT INTO {table} ({quoted}) SELECT {select} FROM {alias}.{table} s WHERE {where}", params or [])
     after = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
     if table == "event":
         bundle._next_event_id = None  # ids were assigned here, not through the bundle's counter

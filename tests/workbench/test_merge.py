@@ -97,3 +97,23 @@ def test_merge_rejects_non_bundles(tmp_path: Path, bad: str) -> None:
     code, _, err = run_cli("merge", tmp_path / "out.duckdb", junk)
     assert code == 2 and "gpuwb: error:" in err
     assert not (tmp_path / "out.duckdb").exists()
+
+
+def test_same_bytes_from_two_nodes_keep_both_hosts_rows(tmp_path: Path) -> None:
+    paths = []
+    for host in ("node11", "node12"):
+        folder = tmp_path / host
+        folder.mkdir()
+        (folder / "uptime.txt").write_text("2025-03-05 01:00:00\n")
+        paths.append(tmp_path / f"{host}.duckdb")
+        code, _, err = run_cli("ingest", paths[-1], folder, "--host", host)
+        assert code == 0, err
+    out = tmp_path / "merged.duckdb"
+    code, _, err = run_cli("merge", out, *paths)
+    assert code == 0, err
+    with Bundle.open(out) as bundle:
+        boots = bundle.con.execute(
+            "SELECT host FROM host_inventory WHERE key = 'boot_time' ORDER BY host").fetchall()
+        assert len(bundle.artifacts()) == 1
+        assert bundle.verify() == []
+    assert boots == [("node11",), ("node12",)]
