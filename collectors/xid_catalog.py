@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import playbooks
-
 from collectors.base import LAYERS, SEVERITIES
 
 REQUIRED = ("name", "meaning", "layer", "severity", "action", "follower", "causes")
