@@ -86,8 +86,8 @@ def _copy(bundle: Bundle, path: Path, alias: str, result: MergeResult) -> None:
         select = ", ".join("m.new_id" if c == "id" else f"s.{c}" for c in cols)
         con.execute(f"INSERT INTO artifact ({', '.join(cols)}) SELECT {select} FROM {alias}.artifact s "
                     "JOIN _map m ON m.old_id = s.id")
-        con.execute(f"INSERT INTO artifact_chunk SELECT m.new_id, c.seq, c.data FROM {alias}.artifact_chunk c "
-                    "JOIN _map m ON m.old_id = c.artifact_id")
+        con.execute("INSERT INTO artifact_chunk SELECT m.new_id, c.seq, c.data, c.codec, c.raw_size "
+                    f"FROM {alias}.artifact_chunk c JOIN _map m ON m.old_id = c.artifact_id")
         for table in EVIDENCE_TABLES:
             result.rows[table] = result.rows.get(table, 0) + _copy_rows(bundle, alias, table)
         con.execute(f"INSERT INTO artifact_alias SELECT * FROM {alias}.artifact_alias "

@@ -38,7 +38,11 @@ CREATE TABLE artifact_alias (
     captured_at TIMESTAMP,
     info JSON
 );
-CREATE TABLE artifact_chunk (artifact_id INTEGER NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL);
+CREATE TABLE artifact_chunk (
+    artifact_id INTEGER NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL,
+    codec VARCHAR,        -- NULL: the bytes as they are; 'zstd': compressed, raw_size bytes once expanded
+    raw_size INTEGER NOT NULL
+);
 CREATE TABLE event (
     id BIGINT,
     ts TIMESTAMP,

@@ -110,3 +110,22 @@ def test_journal_is_append_only_rows(bundle_path):
         second = bundle.append_journal(author="bo", kind="note", target="gpu", body={"text": "b"})
         assert second == first + 1
         assert bundle.verify() == []
+
+
+def test_compressed_chunks_round_trip_and_tampering_is_caught(bundle_path):
+    log = b"".join(b"[%10.6f] NVRM: Xid (PCI:0000:19:00): 13, pid=%d, Graphics Exception\n" % (i / 7, i)
+                   for i in range(200_000))
+    with Bundle.create(bundle_path) as bundle:
+        sha, aid, _ = bundle.add_artifact(io.BytesIO(log), kind="kernel_log", source="dmesg")
+        bundle.seal()
+        stored = bundle.con.execute("SELECT sum(octet_length(data)), min(codec) FROM artifact_chunk").fetchall()[0]
+        assert stored[1] == "zstd" and stored[0] < len(log) / 4
+        assert b"".join(bundle.artifact_bytes(sha)) == log
+    con = duckdb.connect(str(bundle_path))
+    data = con.execute("SELECT data FROM artifact_chunk WHERE seq = 0").fetchall()[0][0]
+    middle = len(data) // 2
+    flipped = data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:]
+    con.execute("UPDATE artifact_chunk SET data = ? WHERE seq = 0", [flipped])
+    con.close()
+    code, out, _ = run_cli("verify", bundle_path)
+    assert code == 1 and sha in out
