@@ -421,7 +421,7 @@ class _Reader:
         lines = data[:end].split(b"\n")
         lines.pop()
         giants = set()
-        if len(lines) < end // 4096 and max(map(len, lines), default=0) > MAX_LINE_BYTES:
+        if max(map(len, lines), default=0) > MAX_LINE_BYTES:
             giants = {i for i, line in enumerate(lines) if len(line) > MAX_LINE_BYTES}
             for i in sorted(giants):
                 yield Skipped(base + i + 1, "line longer than 1 MiB")

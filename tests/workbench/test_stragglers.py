@@ -95,3 +95,13 @@ def test_rederived_not_duplicated(tmp_path):
     extra.write_text("2026-03-14 10:00:00,000 - INFO - train - restarted\n{'loss': nan, 'epoch': 1.0}\n")
     events = ingest_timeline(tmp_path / "b.duckdb", extra)
     assert [s["rank"] for s in _of(events, "straggler_rank")] == [9]
+
+
+def test_per_node_srun_logs_with_interleaved_ranks(tmp_path):
+    job = write_job(tmp_path / "logs", hosts=4, gpus_per_host=4, straggler=10, per_host=True)
+    assert len(list((tmp_path / "logs").rglob("*.log"))) == 4
+    events = ingest_timeline(tmp_path / "b.duckdb", tmp_path / "logs")
+    assert {t["rank"] for t in _of(events, "nccl_timeout")} == set(range(16))
+    (straggler,) = _of(events, "straggler_rank")
+    assert (straggler["rank"], straggler["host"], straggler["gpu"]) == (10, job.host_of(10), job.bus_of(10))
+    assert len(straggler["attrs"]["timeout_events"]) == 15

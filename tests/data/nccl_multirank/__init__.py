@@ -15,6 +15,7 @@ The incident: one rank (``straggler``) stops at SeqNum ``seq - 1``: its watchdog
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -57,21 +58,35 @@ def _glog(when: datetime) -> str:
 
 
 def write_job(root: Path, *, hosts: int = 2, gpus_per_host: int = 8, seq: int = 4242, straggler: int = 5,
-              silent: bool = False, filler_bytes: int = 0, seed: int = 7) -> Job:
-    """Write one log per rank under ``root/<host>/rank<R>.log``; returns the job's layout."""
+              silent: bool = False, filler_bytes: int = 0, per_host: bool = False, seed: int = 7) -> Job:
+    """Write one log per rank under ``root/<host>/rank<R>.log`` or, with ``per_host``, one per host
+    (``root/<host>/srun.log``) whose ranks' lines interleave behind ``srun --label`` prefixes (``R: ``),
+    as a Slurm job's output is kept; returns the job's layout."""
     random.seed(seed)
     job = Job(root, [f"gpu-node-{7 + 5 * h:02d}" for h in range(hosts)], gpus_per_host, seq, straggler,
               datetime(2026, 3, 14, 9, 2, 11, tzinfo=timezone.utc))
+    for host in job.hosts:
+        (root / host).mkdir(parents=True, exist_ok=True)
+    if per_host:
+        for h, host in enumerate(job.hosts):
+            ranks = range(h * gpus_per_host, (h + 1) * gpus_per_host)
+            streams = {rank: _rank_lines(job, rank, silent, filler_bytes) for rank in ranks}
+            with open(root / host / "srun.log", "w") as out:
+                while streams:
+                    for rank, lines in list(streams.items()):
+                        line = next(lines, None)
+                        if line is None:
+                            del streams[rank]
+                        else:
+                            out.write(f"{rank}: {line}")
+        return job
     for rank in range(job.nranks):
-        host = job.host_of(rank)
-        folder = root / host
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / f"rank{rank}.log", "w") as out:
-            _write_rank(out, job, rank, silent, filler_bytes)
+        with open(root / job.host_of(rank) / f"rank{rank}.log", "w") as out:
+            out.writelines(_rank_lines(job, rank, silent, filler_bytes))
     return job
 
 
-def _write_rank(out, job: Job, rank: int, silent: bool, filler_bytes: int) -> None:
+def _rank_lines(job: Job, rank: int, silent: bool, filler_bytes: int) -> Iterator[str]:
     host, pid = job.host_of(rank), job.pid_of(rank)
     dev = rank % job.gpus_per_host
     tid = pid + 140
@@ -79,36 +94,36 @@ def _write_rank(out, job: Job, rank: int, silent: bool, filler_bytes: int) -> No
     init = f"{host}:{pid}:{tid} [{dev}] NCCL INFO"
     comm = f"0x55{pid:06x}{rank:04x}"
     when = job.start
-    out.write(f"{when:%Y-%m-%d %H:%M:%S},{when.microsecond // 1000:03d} - INFO - train - rank {rank} starting, "
-              f"world size {job.nranks}\n")
+    yield (f"{when:%Y-%m-%d %H:%M:%S},{when.microsecond // 1000:03d} - INFO - train - rank {rank} starting, "
+           f"world size {job.nranks}\n")
     if rank == 0:
-        out.write(f"NCCL version {NCCL_VERSION}\n")
-    out.write(f"{head} Bootstrap : Using eth0:10.42.{rank // job.gpus_per_host}.{10 + dev}<0>\n")
-    out.write(f"{head} NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.\n")
-    out.write(f"{head} cudaDriverVersion 12040\n")
-    out.write(f"{head} NCCL version {NCCL_VERSION}\n")
-    out.write(f"{init} NET/IB : Using [0]mlx5_{dev}:1/IB [RO]; OOB eth0:10.42.{rank // job.gpus_per_host}."
-              f"{10 + dev}<0>\n")
-    out.write(f"{init} Using network IB\n")
-    out.write(f"{init} comm {comm} rank {rank} nranks {job.nranks} cudaDev {dev} nvmlDev {dev} "
-              f"busId {BUS_IDS[dev % len(BUS_IDS)]} commId {COMM_ID} - Init START\n")
-    out.write(f"{init} Setting affinity for GPU {dev} to ffff,ffffffff\n")
+        yield f"NCCL version {NCCL_VERSION}\n"
+    yield f"{head} Bootstrap : Using eth0:10.42.{rank // job.gpus_per_host}.{10 + dev}<0>\n"
+    yield f"{head} NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.\n"
+    yield f"{head} cudaDriverVersion 12040\n"
+    yield f"{head} NCCL version {NCCL_VERSION}\n"
+    yield (f"{init} NET/IB : Using [0]mlx5_{dev}:1/IB [RO]; OOB eth0:10.42.{rank // job.gpus_per_host}."
+           f"{10 + dev}<0>\n")
+    yield f"{init} Using network IB\n"
+    yield (f"{init} comm {comm} rank {rank} nranks {job.nranks} cudaDev {dev} nvmlDev {dev} "
+           f"busId {BUS_IDS[dev % len(BUS_IDS)]} commId {COMM_ID} - Init START\n")
+    yield f"{init} Setting affinity for GPU {dev} to ffff,ffffffff\n"
     nxt, prv = (rank + 1) % job.nranks, (rank - 1) % job.nranks
     same_host = nxt // job.gpus_per_host == rank // job.gpus_per_host
     for ch in range(8):
         if same_host:
-            out.write(f"{init} Channel {ch:02d}/0 : {rank}[{dev}] -> {nxt}[{nxt % job.gpus_per_host}] via P2P/IPC\n")
+            yield f"{init} Channel {ch:02d}/0 : {rank}[{dev}] -> {nxt}[{nxt % job.gpus_per_host}] via P2P/IPC\n"
         else:
-            out.write(f"{init} Channel {ch:02d}/0 : {rank}[{dev}] -> {nxt}[{nxt % job.gpus_per_host}] "
-                      f"[send] via NET/IB/{dev}/GDRDMA\n")
-        out.write(f"{init} Channel {ch:02d}/0 : {prv}[{prv % job.gpus_per_host}] -> {rank}[{dev}] "
-                  f"[receive] via NET/IB/{dev}/GDRDMA\n")
-    out.write(f"{init} Connected all rings\n")
-    out.write(f"{init} Connected all trees\n")
-    out.write(f"{init} 32 coll channels, 32 collnet channels, 0 nvls channels, 32 p2p channels, 32 p2p channels "
-              f"per peer\n")
-    out.write(f"{init} comm {comm} rank {rank} nranks {job.nranks} cudaDev {dev} nvmlDev {dev} "
-              f"busId {BUS_IDS[dev % len(BUS_IDS)]} commId {COMM_ID} - Init COMPLETE\n")
+            yield (f"{init} Channel {ch:02d}/0 : {rank}[{dev}] -> {nxt}[{nxt % job.gpus_per_host}] "
+                   f"[send] via NET/IB/{dev}/GDRDMA\n")
+        yield (f"{init} Channel {ch:02d}/0 : {prv}[{prv % job.gpus_per_host}] -> {rank}[{dev}] "
+               f"[receive] via NET/IB/{dev}/GDRDMA\n")
+    yield f"{init} Connected all rings\n"
+    yield f"{init} Connected all trees\n"
+    yield (f"{init} 32 coll channels, 32 collnet channels, 0 nvls channels, 32 p2p channels, 32 p2p channels "
+           f"per peer\n")
+    yield (f"{init} comm {comm} rank {rank} nranks {job.nranks} cudaDev {dev} nvmlDev {dev} "
+           f"busId {BUS_IDS[dev % len(BUS_IDS)]} commId {COMM_ID} - Init COMPLETE\n")
     written, step, op = 0, 0, 0
     while written < filler_bytes:
         step += 1
@@ -118,27 +133,27 @@ def _write_rank(out, job: Job, rank: int, silent: bool, filler_bytes: int) -> No
             line = (f"{head} AllReduce: opCount {op:x} sendbuff 0x7f{random.getrandbits(36):09x} recvbuff "
                     f"0x7f{random.getrandbits(36):09x} count {random.choice((262144, 1048576, 4194304))} datatype 7 "
                     f"op 0 root 0 comm {comm} [nranks={job.nranks}] stream 0x55{random.getrandbits(28):07x}\n")
-            out.write(line)
+            yield line
             written += len(line)
         line = (f"{when:%Y-%m-%d %H:%M:%S},{when.microsecond // 1000:03d} - INFO - train - step {step} "
                 f"loss {2.0 + random.random():.4f} lr 3.0e-04 grad_norm {random.random() + 0.5:.3f} "
                 f"tokens/s {random.randint(9000, 11000)}\n")
-        out.write(line)
+        yield line
         written += len(line)
     when = job.start + timedelta(seconds=2 * step + 5)
-    out.write(f"{when:%Y-%m-%d %H:%M:%S},{when.microsecond // 1000:03d} - INFO - train - step {step + 1} "
-              f"loss 2.1874 lr 3.0e-04\n")
+    yield (f"{when:%Y-%m-%d %H:%M:%S},{when.microsecond // 1000:03d} - INFO - train - step {step + 1} "
+           f"loss 2.1874 lr 3.0e-04\n")
     stuck = job.seq - 1 if rank == job.straggler else job.seq
     if rank == job.straggler and silent:
         return
     when = when + timedelta(minutes=10, milliseconds=37 * (rank % 13))
     ran = 600000 + 11 * (rank % 9) + 3
-    out.write(f"[rank{rank}]:[E{_glog(when)} ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective "
-              f"operation timeout: WorkNCCL(SeqNum={stuck}, OpType=ALLREDUCE, NumelIn=9801523, NumelOut=9801523, "
-              f"Timeout(ms)=600000) ran for {ran} milliseconds before timing out.\n")
-    out.write(f"[rank{rank}]:[E{_glog(when)} ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank {rank}] "
-              f"Exception (either an error or timeout) detected by watchdog at work: {stuck}, last enqueued NCCL "
-              f"work: {stuck}, last completed NCCL work: {stuck - 1}.\n")
-    out.write(f"[rank{rank}]:[E{_glog(when)} ProcessGroupNCCL.cpp:630] [Rank {rank}] Some NCCL operations have "
-              f"failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might "
-              f"run on corrupted/incomplete data.\n")
+    yield (f"[rank{rank}]:[E{_glog(when)} ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective "
+           f"operation timeout: WorkNCCL(SeqNum={stuck}, OpType=ALLREDUCE, NumelIn=9801523, NumelOut=9801523, "
+           f"Timeout(ms)=600000) ran for {ran} milliseconds before timing out.\n")
+    yield (f"[rank{rank}]:[E{_glog(when)} ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank {rank}] "
+           f"Exception (either an error or timeout) detected by watchdog at work: {stuck}, last enqueued NCCL "
+           f"work: {stuck}, last completed NCCL work: {stuck - 1}.\n")
+    yield (f"[rank{rank}]:[E{_glog(when)} ProcessGroupNCCL.cpp:630] [Rank {rank}] Some NCCL operations have "
+           f"failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might "
+           f"run on corrupted/incomplete data.\n")
