@@ -131,7 +131,7 @@ plain INFO ones, ProcessGroupNCCL's lines, and CUDA errors."""
 
 NEEDLES = ("exitcode", "signal", "exit barrier", "ChildFailedError", "Root Cause", "Failures:", "nan", "NaN",
            "verflow", "Skipping step", "DistNetworkError", "DistStoreError", "Not all ranks joining",
-           "mismatch between collectives", "terminate called")
+           "mismatch between collectives", "terminate called", "[c10d]")
 """Literal words for the rest (torchrun, NaN losses, overflows, flight recorder): each is one
 ``bytes.find`` sweep per block, so they are few and long."""
 _NEEDLES = tuple(n.encode() for n in NEEDLES)

@@ -193,7 +193,8 @@ def _watchdog_other(msg: str) -> Finding | None:
 
 # -- NCCL errors raised into Python / C++ ------------------------------------------------------------------
 
-_NCCL_ERROR = re.compile(r"NCCL error(?: in: (?P<path>[^,\s]+?):(?P<lineno>\d+))?[,:]\s*(?P<text>[^,]+)"
+_NCCL_ERROR = re.compile(r"NCCL [Ee]rror(?: (?P<code>\d+))?(?: in: (?P<path>[^,\s]+?):(?P<lineno>\d+))?[,:]\s*"
+                         r"(?P<text>[^,]+)"
                          r"(?:, NCCL version (?P<version>[\w.+\-]*\w))?")
 _NCCL_RESULT_NAME = re.compile(r"\b(?P<name>nccl(?:UnhandledCuda|System|Internal|InvalidArgument|InvalidUsage|Remote)"
                                r"Error)\b(?::\s*(?P<desc>.*?)(?=\s+Last error:|$))?")
@@ -202,6 +203,9 @@ _EXCEPTION = re.compile(r"(?P<exc>(?:[A-Za-z_][\w]*(?:\.|::))*[A-Z]\w*(?:Error|E
 _COLLECTIVE_CALL = re.compile(r"\b(?:dist|group|pg|process_group|torch\.distributed|c10d|self\.\w+)\."
                               r"(?P<op>all_?reduce\w*|all_?gather\w*|reduce_scatter\w*|broadcast\w*|barrier|"
                               r"all_to_all\w*|alltoall\w*|send|recv|isend|irecv|reduce|gather|scatter)\(")
+_STORE_ERROR = re.compile(r"(?:store->get\('[^']*'\)|c10d key-value store).*?got error: (?P<text>.+)$")
+_C10D_SOCKET = re.compile(r"\[c10d\] (?P<text>.*?(?:timed out|has failed|[Rr]efused|reset by peer|[Bb]roken pipe|"
+                          r"unreachable|[Nn]o route).*)$")
 _DIST_ERROR = re.compile(r"(?P<exc>torch\.distributed\.Dist(?:Backend|Network|Store)Error|Dist(?:Network|Store)Error)"
                          r":\s*(?P<text>.*)")
 
@@ -228,6 +232,8 @@ def _nccl_error(msg: str, exception: str | None = None) -> tuple[Finding, Contin
         return None
     text = m.group("text").split(" (run with")[0].strip().rstrip(".")
     code = nccl_result_from_text(text)
+    if code is None and m.group("code"):
+        code = int(m.group("code"))
     attrs: dict[str, Any] = {"error": text}
     if m.group("path"):
         attrs["file"] = f"{m.group('path').rsplit('/', 1)[-1]}:{m.group('lineno')}"
@@ -719,8 +725,15 @@ def classify(msg: str, lineno: int, exception: str | None = None) -> tuple[Findi
             finding.attrs["action"] = "terminate"
             finding.message = msg
         return finding, cont
-    if "NCCL error" in msg and (found := _nccl_error(msg, exception)):
+    if ("NCCL error" in msg or "NCCL Error" in msg) and (found := _nccl_error(msg, exception)):
         return found
+    if (m := _STORE_ERROR.search(msg)) or (m := _C10D_SOCKET.search(msg)):
+        attrs = {"error": m.group("text").strip()[:500], "operation": "c10d store / rendezvous"}
+        if e := _EXCEPTION.search(msg[:m.start()]):
+            attrs["exception"] = e.group("exc")
+        pg, rank = pg_info(msg)
+        attrs.update(pg)
+        return Finding("nccl_net_error", "error", attrs, layer="network_storage", rank=rank), None
     if ("CUDA" in msg or "CUBLAS_STATUS" in msg or "CUDNN_STATUS" in msg or "cudaError" in msg) and (
             found := _cuda_error(msg, exception)):
         return found

@@ -462,3 +462,27 @@ def test_live_capture_of_rank_logs(tmp_path):
         kinds = dict(bundle.con.execute("SELECT kind, count(*) FROM event GROUP BY kind").fetchall())
         topo = bundle.con.execute("SELECT count(*) FROM topology").fetchall()[0][0]
     assert kinds["nccl_timeout"] == 4 and kinds["straggler_rank"] == 1 and topo == 4
+
+
+def test_more_pytorch_spellings():
+    text = ("[E socket.cpp:957] [c10d] The client socket has timed out after 1800s while trying to connect to "
+            "(10.0.0.1, 29500).\n"
+            "RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value "
+            "store by key '0', but store->get('0') got error: Socket Timeout\n"
+            "RuntimeError: NCCL Error 2: unhandled system error\n"
+            "[rank0]:[E1011 10:00:00.123456789 ProcessGroupNCCL.cpp:1834] [PG ID 0 PG GUID 0(default_pg) Rank 0] "
+            "Failure detected by watchdog at work sequence id: 3 PG status: last enqueued work: 3, last completed "
+            "work: 2\n"
+            "RuntimeError: NCCL communicator was aborted on rank 1.  Original reason for failure was: [Rank 1] "
+            "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=BROADCAST, "
+            "Timeout(ms)=1800000) ran for 1800808 milliseconds before timing out.\n"
+            "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:219, "
+            "invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.19.3\n")
+    socket, store, system, progress, invalid, aborted = _events(_parse(text))
+    assert (socket.kind, store.attrs["error"]) == ("nccl_net_error", "Socket Timeout")
+    assert (system.kind, system.attrs["nccl_result"]) == ("nccl_net_error", 2)
+    assert (progress.rank, progress.attrs["seq"], progress.attrs["last_completed"]) == (0, 3, 2)
+    assert (invalid.kind, invalid.layer, invalid.attrs["nccl_error"], invalid.attrs["nccl_version"]) == (
+        "nccl_error", "gpu", "ncclInvalidUsage", "2.19.3")
+    assert (aborted.kind, aborted.rank, aborted.attrs["seq"], aborted.attrs["op"]) == ("nccl_timeout", 1, 9,
+                                                                                        "BROADCAST")
