@@ -660,7 +660,7 @@ class _Reader:
                 yield from self._chain(lineno, text, pre, key, dev, c)
                 return
             if key in self.chains:
-                yield from self._release(self.chains.pop(key))
+                yield from self._out(self.chains.pop(key).event)
             if proc is None:
                 return
             if c := _INIT.search(msg):
@@ -681,7 +681,7 @@ class _Reader:
         if level in ("TRACE", "CALL"):
             return
         if key in self.chains:
-            yield from self._release(self.chains.pop(key))
+            yield from self._out(self.chains.pop(key).event)
         finding = _nccl_warn(msg, level)
         if m.group("src"):
             finding.attrs.setdefault("file", m.group("src").rsplit("/", 1)[-1])
@@ -882,9 +882,6 @@ class _Reader:
             oldest = next(iter(table))
             yield from self._out(table.pop(oldest).event)
         table[key] = _Held(event, lineno)
-
-    def _release(self, held: _Held) -> Iterator[Row]:
-        yield from self._out(held.event)
 
     def _release_stale(self, lineno: int) -> Iterator[Row]:
         for table in (self.chains, self.timeouts):
