@@ -129,12 +129,7 @@ def _log_files(ctx: CaptureContext, before_boot: bool) -> Iterator[Artifact]:
     for path in ("/var/log/kern.log", "/var/log/messages", "/var/log/syslog"):
         if not os.path.exists(path):
             continue
-        try:
-            big = os.path.getsize(path) > FILE_TAIL_BYTES
-        except OSError:
-            big = False
-        art = (ctx.run(["tail", "-c", str(FILE_TAIL_BYTES), path], kind=kind, timeout=5) if big
-               else ctx.read_file(path, kind=kind))
+        art = ctx.read_file(path, kind=kind, max_bytes=FILE_TAIL_BYTES, tail=True)
         if art is not None:
             yield art
             return

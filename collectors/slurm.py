@@ -287,22 +287,7 @@ def _config_settings(text: str) -> dict[str, str]:
 
 def _read_tail(ctx: CaptureContext, path: str, kind: str = "slurm_log") -> Artifact | None:
     """The last LOG_TAIL_BYTES of a log: an incident is at the end of a log, not its start."""
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            offset = max(0, size - LOG_TAIL_BYTES)
-            f.seek(offset)
-            data = f.read(LOG_TAIL_BYTES)
-            mtime = datetime.fromtimestamp(os.fstat(f.fileno()).st_mtime, tz=timezone.utc)
-    except PermissionError:
-        ctx.missing(path, "denied: permission denied")
-        return None
-    except OSError as exc:
-        ctx.missing(path, f"unavailable: {exc.strerror or exc}")
-        return None
-    return Artifact(source=path, kind=kind, data=data, host=ctx.host,
-                    info={"path": path, "offset": offset, "bytes": len(data), "size": size, "truncated": offset > 0,
-                          "mtime": mtime})
+    return ctx.read_file(path, kind=kind, max_bytes=LOG_TAIL_BYTES, tail=True)
 
 
 def _json_exit_codes_broken(head: str) -> bool:

@@ -132,13 +132,19 @@ class LiveContext:
                     stderr=(err or b"")[:2000].decode("utf-8", "replace"))
         return Artifact(source=" ".join(argv), kind=kind, path=str(path), host=self.host, info=info)
 
-    def read_file(self, path: str, *, kind: str, max_bytes: int | None = None) -> Artifact | None:
-        """Copy a file verbatim (up to ``max_bytes``); None and a coverage note when unreadable."""
+    def read_file(self, path: str, *, kind: str, max_bytes: int | None = None,
+                  tail: bool = False) -> Artifact | None:
+        """Copy a file verbatim (up to ``max_bytes``: its start, or with ``tail`` its end, where an
+        incident sits in a long log); None and a coverage note when unreadable."""
         cap = max_bytes or DEFAULT_MAX_BYTES
         dest = self._new_path()
+        offset = 0
         try:
             st = os.stat(path)
             with open(path, "rb") as src, open(dest, "wb") as out:
+                if tail and st.st_size > cap:
+                    offset = st.st_size - cap
+                    src.seek(offset)
                 written = 0
                 while written < cap:
                     block = src.read(min(1 << 20, cap - written))
@@ -154,7 +160,7 @@ class LiveContext:
             self.missing(path, f"unavailable: {exc.strerror or exc}")
             return None
         info = {"path": path, "mtime": datetime.fromtimestamp(st.st_mtime, tz=timezone.utc),
-                "truncated": truncated, "bytes": written}
+                "truncated": truncated or offset > 0, "bytes": written, "offset": offset, "size": st.st_size}
         return Artifact(source=path, kind=kind, path=str(dest), host=self.host, info=info)
 
     def emit(self, artifact: Artifact) -> None:

@@ -226,7 +226,7 @@ def test_capture_reads_package_logs_and_change_files(tmp_path: Path, monkeypatch
         host, since = "h", None
         options = {"changes": [str(records)]}
 
-        def read_file(self, path, *, kind, max_bytes=None):
+        def read_file(self, path, *, kind, max_bytes=None, tail=False):
             read.append((path, kind))
             return (path, kind) if path in ("/var/log/dpkg.log", str(records)) else None
 

@@ -384,7 +384,7 @@ class FakeContext:
         code = next((c for k, c in self.outputs.items() if " ".join(argv).startswith(k)), 1)
         return Artifact(source=" ".join(argv), kind=kind, data=b"{}", info={"exit_code": code, "stderr": "x"})
 
-    def read_file(self, path, *, kind, max_bytes=None):
+    def read_file(self, path, *, kind, max_bytes=None, tail=False):
         return None
 
 

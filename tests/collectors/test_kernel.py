@@ -553,7 +553,7 @@ class FakeContext:
         path.write_bytes(data)
         return Artifact(source=" ".join(argv), kind=kind, path=str(path), info={"exit_code": code, "stderr": err})
 
-    def read_file(self, path, *, kind, max_bytes=None):
+    def read_file(self, path, *, kind, max_bytes=None, tail=False):
         return None
 
     def which(self, name):

@@ -9,6 +9,7 @@ import json
 import re
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -585,8 +586,15 @@ class FakeContext:
         return Artifact(source=" ".join(argv), kind=kind, data=out.encode(),
                         info={"exit_code": code, "stderr": "" if code == 0 else "boom"})
 
-    def read_file(self, path, *, kind, max_bytes=None):
-        return None
+    def read_file(self, path, *, kind, max_bytes=None, tail=False):
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            self.missing(path, f"unavailable: {exc.strerror}")
+            return None
+        if max_bytes:
+            data = data[-max_bytes:] if tail else data[:max_bytes]
+        return Artifact(source=path, kind=kind, data=data, info={"path": path})
 
 
 CONFIG = "SlurmctldLogFile        = {log}\nSlurmdLogFile           = (null)\nSLURM_VERSION           = 22.05.8\n"
