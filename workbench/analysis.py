@@ -209,6 +209,7 @@ def _layers(playbook: Playbook, results: list[CheckResult], ranked: list[Candida
         for row in c.rows:
             best_of[row["check"]] = max(best_of.get(row["check"], 0.0), c.score)
     winners = {row["check"] for row in ranked[0].rows} if ranked and ranked[0].score >= TOP_FAULT else set()
+    chained = {row["check"] for c in _consequences(ranked[0]) for row in c.rows} if winners else set()
     out: dict[str, Any] = {}
     for plan in playbook.layers:
         verdict = "no_evidence"
@@ -217,6 +218,8 @@ def _layers(playbook: Playbook, results: list[CheckResult], ranked: list[Candida
             v = res.verdict
             if res.check.id in winners:
                 v = "fault"
+            elif res.check.id in chained:
+                v = "suspect"  # a link in the winner's chain: not this layer's own fault, not clear either
             elif res.check.role == "cause" and res.rows:
                 best = best_of.get(res.check.id, 0.0)
                 cap = "fault" if best >= 0.5 else "suspect" if best >= LOW_SCORE else "clear"
@@ -230,6 +233,18 @@ def _layers(playbook: Playbook, results: list[CheckResult], ranked: list[Candida
         out[plan.layer] = {"verdict": verdict, "findings": findings}
     for layer in LAYERS:
         out.setdefault(layer, {"verdict": "no_evidence", "findings": []})
+    return out
+
+
+def _consequences(top: Candidate) -> list[Candidate]:
+    """Everything the top hypothesis led to, transitively (KV cache full, then OOM restarts)."""
+    out: list[Candidate] = []
+    todo = list(top.consequences)
+    while todo:
+        c = todo.pop()
+        if all(c is not seen for seen in out):
+            out.append(c)
+            todo.extend(c.consequences)
     return out
 
 
