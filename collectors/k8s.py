@@ -283,8 +283,10 @@ def _json_event(obj: dict) -> Event | None:
     involved = obj.get("involvedObject") or obj.get("regarding") or {}
     meta = obj.get("metadata") or {}
     series = obj.get("series") or {}
-    raw_ts = (obj.get("lastTimestamp") or series.get("lastObservedTime") or obj.get("eventTime")
-              or obj.get("firstTimestamp") or obj.get("deprecatedLastTimestamp") or meta.get("creationTimestamp"))
+    # An event repeated ``count`` times spans firstTimestamp..lastTimestamp; the timeline wants its onset.
+    raw_ts = (obj.get("firstTimestamp") or obj.get("eventTime") or obj.get("deprecatedFirstTimestamp")
+              or obj.get("lastTimestamp") or series.get("lastObservedTime") or meta.get("creationTimestamp"))
+    last_seen = obj.get("lastTimestamp") or series.get("lastObservedTime") or obj.get("deprecatedLastTimestamp")
     source = obj.get("source") or {}
     component = source.get("component") or obj.get("reportingComponent") or obj.get("reportingController")
     node = source.get("host") or (involved.get("name") if involved.get("kind") == "Node" else None)
@@ -296,7 +298,7 @@ def _json_event(obj: dict) -> Event | None:
                   object=f"{involved.get('kind', '?')}/{involved.get('name', '?')}",
                   namespace=involved.get("namespace") or meta.get("namespace"),
                   container=container.group(1) if container else None, type=obj.get("type"), count=count,
-                  component=component, node=node)
+                  component=component, node=node, last_seen=last_seen if last_seen != raw_ts else None)
 
 
 def _json_pod(pod: dict, snapshot: datetime | None) -> Iterator[Row]:

@@ -192,7 +192,8 @@ def test_events_json():
     sched = found["FailedScheduling"]
     assert sched.attrs["insufficient"] == ["nvidia.com/gpu"] and sched.attrs["count"] == 7
     assert sched.attrs["object"] == "Pod/trainer-0" and sched.attrs["namespace"] == "ml"
-    assert sched.ts == datetime(2024, 3, 1, 10, 5, tzinfo=timezone.utc) and sched.severity == "warning"
+    assert sched.ts == datetime(2024, 3, 1, 10, 0, tzinfo=timezone.utc) and sched.severity == "warning"
+    assert sched.attrs["last_seen"] == "2024-03-01T10:05:00Z"
     assert found["OOMKilling"].host == "gpu-node-07"
     rescale = found["SuccessfulRescale"]
     assert rescale.attrs["object"] == "HorizontalPodAutoscaler/vllm"

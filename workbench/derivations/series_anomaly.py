@@ -107,7 +107,9 @@ def _sorted_median(ordered: list[float]) -> float:
 def _run_from(values: list[float], i: int, window: list[float], median: float, need: float, direction: int,
               z: float, persist: int) -> Onset | None:
     """The anomalous run starting at ``i`` against this baseline, if it is long (or extreme) enough."""
-    scale = max(MAD_TO_SIGMA * statistics.median(abs(b - median) for b in window), 1e-12)
+    # A perfectly flat baseline has MAD 0: take 1 % of its level as the noise floor, so z stays a
+    # readable number (not 1e14) while the magnitude test ``need`` still decides.
+    scale = max(MAD_TO_SIGMA * statistics.median(abs(b - median) for b in window), 0.01 * abs(median), 1e-12)
 
     def score(value: float) -> float:
         shift = direction * (value - median)
