@@ -122,12 +122,13 @@ _INFO_KEEP = ("comm 0x", "ncclComm", "Channel [0-9]", "NCCL version", "NET/IB", 
               "Bootstrap")
 """What follows ``NCCL INFO `` on the init lines topology needs (plus ``file:line -> N`` error chains)."""
 
-_NCCL_FAMILY = (rb"NCCL(?: (?!INFO )|[.(']|Utils| INFO (?:" + "|".join(_INFO_KEEP).encode()
-                + rb"|[^\s:]+:\d+ -> [0-9]))")
-_CUDA_FAMILY = rb"CU(?:DA (?:error|out of memory|driver error)|BLAS_STATUS_|DNN_STATUS_)"
-_FAMILIES = (re.compile(_NCCL_FAMILY), re.compile(_CUDA_FAMILY))
-"""Literal-led regexes (the engine skips ahead to ``NCCL`` / ``CU`` in C): every NCCL line except the
-plain INFO ones, ProcessGroupNCCL's lines, and CUDA errors."""
+_INFO_LINES = re.compile(rb"NCCL INFO (?:" + "|".join(_INFO_KEEP).encode() + rb"|[^\s:]+:\d+ -> [0-9])")
+"""The few NCCL INFO lines that matter, found over the whole block (literal-led: the engine skips to
+``NCCL INFO`` in C)."""
+_REST_PATTERNS = (re.compile(rb"NCCL(?: (?!INFO )|[.(']|Utils)"),
+                  re.compile(rb"CU(?:DA (?:error|out of memory|driver error)|BLAS_STATUS_|DNN_STATUS_)"))
+"""Every other NCCL line (WARN, ``NCCL error``, ProcessGroupNCCL's) and CUDA errors: swept, like the
+needles, over the block with its NCCL INFO lines blanked."""
 
 NEEDLES = ("exitcode", "signal", "exit barrier", "ChildFailedError", "Root Cause", "Failures:", "nan", "NaN",
            "verflow", "Skipping step", "DistNetworkError", "DistStoreError", "Not all ranks joining",
@@ -940,16 +941,16 @@ def _summary_text(finding: Finding) -> str | None:
 
 
 def _hit_lines(data: bytes, end: int, lines: list[bytes]) -> list[int]:
-    """Indexes of the lines worth decoding, in order. NCCL's own lines are found by the literal-led
-    regexes over the block; the needles then sweep only the rest: the block with every ``NCCL
-    INFO`` line blanked (newlines kept, so positions still count lines), usually a small remainder."""
+    """Indexes of the lines worth decoding, in order. The NCCL INFO lines topology needs are found over
+    the block; everything else only over the rest: the block with every ``NCCL INFO`` line blanked
+    (newlines kept, so positions still count lines), usually a small remainder."""
     rfind = data.rfind
-    starts = sorted({rfind(b"\n", 0, m.start()) + 1 for pattern in _FAMILIES for m in pattern.finditer(data, 0, end)})
-    hits = set(_line_numbers(data, starts))
+    info = {rfind(b"\n", 0, m.start()) + 1 for m in _INFO_LINES.finditer(data, 0, end)}
+    hits = set(_line_numbers(data, sorted(info)))
     rest = b"\n".join([b"" if b"NCCL INFO" in line else line for line in lines])
     needles = _NEEDLES + (b"\x00",) if b"\x00" in rest else _NEEDLES
-    found: set[int] = set()
     find, rest_rfind = rest.find, rest.rfind
+    found = {rest_rfind(b"\n", 0, m.start()) + 1 for pattern in _REST_PATTERNS for m in pattern.finditer(rest)}
     for needle in needles:
         pos = find(needle)
         while pos >= 0:
