@@ -115,6 +115,10 @@ _MAX_HELD = 4096
 _MAX_CHANNELS = 32
 _HOLD_LINES = 200
 _MAX_FILES = 10_000
+_CAPTURE_BYTES = 256 << 20
+_HEAD_BYTES = 16 << 20
+"""A log longer than _CAPTURE_BYTES is kept as its head (the init lines that map rank -> host -> GPU)
+and its tail (where the incident is)."""
 
 # -- the prefilter: what a line must contain to be decoded at all ------------------------------------------------
 
@@ -999,9 +1003,16 @@ def capture(ctx: CaptureContext) -> Iterator[Artifact]:
             if real in seen:
                 continue
             seen.add(real)
-            artifact = ctx.read_file(path, kind="nccl_log")
-            if artifact is not None:
-                yield artifact
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                size = 0
+            if size <= _CAPTURE_BYTES:
+                parts = [ctx.read_file(path, kind="nccl_log")]
+            else:
+                parts = [ctx.read_file(path, kind="nccl_log", max_bytes=_HEAD_BYTES),
+                         ctx.read_file(path, kind="nccl_log", max_bytes=_CAPTURE_BYTES - _HEAD_BYTES, tail=True)]
+            yield from (artifact for artifact in parts if artifact is not None)
 
 
 _SNIFF_NCCL = re.compile(r"[\w.\-]+:\d+:\d+ \[\d+\] (?:\S+ )?NCCL (?:INFO|WARN|ERROR)|^NCCL version \d", re.M)

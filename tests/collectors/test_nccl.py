@@ -433,8 +433,8 @@ class _FakeCapture:
     def missing(self, what, reason):
         self.missed.append((what, reason))
 
-    def read_file(self, path, *, kind, max_bytes=None):
-        self.read.append((path, kind))
+    def read_file(self, path, *, kind, max_bytes=None, tail=False):
+        self.read.append((path, kind, max_bytes, tail))
         return Artifact(source=path, kind=kind, path=path)
 
 
@@ -445,8 +445,14 @@ def test_capture_reads_matching_files_once(tmp_path):
                                      str(tmp_path / "missing-*.log")]})
     got = list(nccl.capture(ctx))
     assert sorted(os.path.basename(a.source) for a in got) == ["rank0.log", "rank1.log"]
-    assert {kind for _, kind in ctx.read} == {"nccl_log"}
+    assert {kind for _, kind, _, _ in ctx.read} == {"nccl_log"}
     assert ctx.missed == [(str(tmp_path / "missing-*.log"), "unavailable: no file matches")]
+    with open(tmp_path / "rank1.log", "r+b") as f:
+        f.truncate(nccl._CAPTURE_BYTES + 1)
+    ctx = _FakeCapture({"nccl_log": [str(tmp_path / "rank1.log")]})
+    assert len(list(nccl.capture(ctx))) == 2
+    assert [(m, t) for _, _, m, t in ctx.read] == [(nccl._HEAD_BYTES, False),
+                                                   (nccl._CAPTURE_BYTES - nccl._HEAD_BYTES, True)]
     empty = _FakeCapture({"nccl_log": []})
     assert list(nccl.capture(empty)) == [] and empty.missed == [("nccl logs", "unavailable: no --nccl-log given")]
 
