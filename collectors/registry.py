@@ -43,8 +43,9 @@ def known_kinds() -> list[str]:
     return sorted({k for m in all_collectors() for k in getattr(m, "KINDS", ())})
 
 
-def sniff(name: str, head: str) -> tuple[str, ModuleType] | None:
-    """The kind whose collector is most confident about this file's first bytes, if any."""
+def sniff(name: str, head: str, min_score: int = 1) -> tuple[str, ModuleType] | None:
+    """The kind whose collector is most confident about this file's first bytes, if any scores
+    at least ``min_score``."""
     best: tuple[int, str, ModuleType] | None = None
     for module in all_collectors():
         sniffer = getattr(module, "sniff", None)
@@ -53,6 +54,6 @@ def sniff(name: str, head: str) -> tuple[str, ModuleType] | None:
         for kind, score in (sniffer(name, head) or {}).items():
             if score > 0 and (best is None or score > best[0]):
                 best = (score, kind, module)
-    if best is None:
+    if best is None or best[0] < min_score:
         return None
     return best[1], best[2]

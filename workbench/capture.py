@@ -238,6 +238,7 @@ def capture(output: str | os.PathLike[str], *, since: datetime | None = None,
                                       started_at=started_at, duration_s=outcome.duration_s,
                                       artifacts=len(outcome.results),
                                       detail={"missing": outcome.missing})
+            session.finish()
             run_derivations(bundle)
             bundle.set_meta("complete", "true" if complete else "false")
             bundle.seal(complete=complete)
