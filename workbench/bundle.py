@@ -67,6 +67,8 @@ def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
                 holder = " (" + text[text.index("PID"):].split(")")[0].rstrip(".") + ")"
             raise BundleBusy(f"bundle {path} is busy: another gpuwb process has it open for writing{holder}; "
                              "try again when it finishes") from None
+        if "not a valid DuckDB database file" in text:
+            raise BundleError(f"{path} is not a gpuwb bundle (not a DuckDB database file)") from None
         raise BundleError(f"cannot open bundle {path}: {text.splitlines()[0]}") from None
     except duckdb.Error as exc:
         raise BundleError(f"{path} is not a gpuwb bundle: {str(exc).splitlines()[0]}") from None
@@ -89,6 +91,8 @@ class Bundle:
         path = Path(path)
         if path.exists():
             raise BundleError(f"{path} already exists")
+        if not path.parent.is_dir():
+            raise BundleError(f"cannot create bundle {path}: folder {path.parent} does not exist")
         con = _connect(path, read_only=False)
         schema.migrate(con)
         bundle = cls(path, con, writable=True)
@@ -110,9 +114,16 @@ class Bundle:
         except duckdb.Error as exc:
             con.close()
             raise BundleError(f"{path} is not a gpuwb bundle: {str(exc).splitlines()[0]}") from None
+        except ValueError:
+            con.close()
+            raise BundleError(f"{path} is not a gpuwb bundle (its schema_version is not a number)") from None
         if version == 0:
             con.close()
             raise BundleError(f"{path} is not a gpuwb bundle (no meta table)")
+        if version > schema.SCHEMA_VERSION:
+            con.close()
+            raise BundleError(f"{path} was written by a newer gpuwb (bundle schema {version}, this gpuwb reads up "
+                              f"to {schema.SCHEMA_VERSION}); upgrade gpuwb to open it")
         if version < schema.SCHEMA_VERSION:
             if not write:
                 con.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -59,15 +60,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args._run(args) or 0)
+        code = int(args._run(args) or 0)
+        sys.stdout.flush()  # here, not at exit: a closed pipe must end up in the handler below
+        return code
     except (BundleError, IngestError, UsageError, ValueError) as exc:
         print(f"gpuwb: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:
+        _silence_stdout()
         return 0
+    except OSError as exc:  # the file system said no (missing folder, permission, disk full): one line
+        print(f"gpuwb: error: {_os_message(exc)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("gpuwb: interrupted", file=sys.stderr)
         return 130
+
+
+def _silence_stdout() -> None:
+    """`gpuwb timeline | head` closed the pipe: point stdout at /dev/null so that Python's final
+    flush does not print 'Exception ignored ... BrokenPipeError' on the way out."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout replaced by an object without a file descriptor (tests)
+        pass
+
+
+def _os_message(exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    if exc.filename is None:
+        return reason
+    return f"{exc.filename}: {reason}" if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}: {reason}"
 
 
 if __name__ == "__main__":
