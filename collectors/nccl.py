@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, BinaryIO
 
-from collectors import torch_dist
+from collectors import storage, torch_dist
 from collectors.base import (
     MAX_LINE_BYTES,
     Artifact,
@@ -90,6 +90,15 @@ EVENTS = {
     "process_signal": "torchrun sent a signal to a worker (action sent) or a process got one (action received): "
                       "pid, signal",
     "exit_barrier_timeout": "torchrun gave up waiting for the other agents after a failure: elapsed_s",
+    "step_time": "a training step's duration as the trainer logged it (layer gpu, severity info): step (null when "
+                 "the line has none), seconds and/or throughput with unit, measure (step: the whole step, which "
+                 "every rank of a synchronous job shares; compute: without waiting for the others), framework "
+                 "(megatron, deepspeed, torchtitan, tqdm, hf_trainer, plain), index (the n-th step line of that "
+                 "rank and framework in the file), and what the line adds (total_steps, epoch, breakdown_ms, "
+                 "tflops_per_gpu, mfu_pct, summary)",
+    "checkpoint_write_failed": "a write error (collectors.storage.write_failure) after a torch.save / checkpoint "
+                               "frame or message: error, errno, file, as collectors/storage.py documents it",
+    "storage_error": "the same write error outside a checkpoint save: error, errno",
 }
 """Event kinds this collector writes, with their attrs. Every event also carries, when known, pid,
 tid, cuda_dev, local_rank, mpi_rank and the source file:line (file) of the message."""
@@ -114,6 +123,10 @@ _MAX_WAITING = 20_000
 _MAX_HELD = 4096
 _MAX_CHANNELS = 32
 _HOLD_LINES = 200
+STEP_BUDGET = 2000
+"""Step-time events kept per rank at full resolution; past that every second step number, then every
+fourth, and so on: a week of per-step logging stays a few thousand rows per rank, and ranks that log the
+same steps keep the same ones (a rank at a coarser stride keeps a subset of a finer one's)."""
 _MAX_FILES = 10_000
 _CAPTURE_BYTES = 256 << 20
 _HEAD_BYTES = 16 << 20
@@ -134,11 +147,18 @@ _REST_PATTERNS = (re.compile(rb"NCCL(?: (?!INFO )|[.(']|Utils)"),
 """Every other NCCL line (WARN, ``NCCL error``, ProcessGroupNCCL's) and CUDA errors: swept, like the
 needles, over the block with its NCCL INFO lines blanked."""
 
+WRITE_NEEDLES = ("Errno", "StreamWriter", "space left", "Input/output error", "unexpected pos", "write(): fd")
+"""What a failed checkpoint or data write prints (``collectors.storage.write_failure`` reads the line)."""
 NEEDLES = ("exitcode", "signal", "exit barrier", "ChildFailedError", "Root Cause", "Failures:", "nan", "NaN",
            "verflow", "Skipping step", "DistNetworkError", "DistStoreError", "Not all ranks joining",
-           "mismatch between collectives", "terminate called", "[c10d]")
-"""Literal words for the rest (torchrun, NaN losses, overflows, flight recorder): each is one
-``bytes.find`` sweep per block, so they are few and long."""
+           "mismatch between collectives", "terminate called", "[c10d]", *torch_dist.STEP_NEEDLES, *WRITE_NEEDLES)
+"""Literal words for the rest (torchrun, NaN losses, overflows, flight recorder, step timing, write
+errors): each is one ``bytes.find`` sweep per block, so they are few and long."""
+_CKPT_CONTEXT = re.compile(rb"torch\.save|save_checkpoint|serialization\.py|checkpoint|ckpt|safetensors|state_dict|"
+                           rb"save_pretrained|dcp\.save|\.pth?\b", re.I)
+"""A write error with one of these in the lines before it (a ``torch.save`` traceback, ``Saving
+checkpoint to …``) is a checkpoint write failure."""
+_CKPT_LOOKBACK = 40
 _NEEDLES = tuple(n.encode() for n in NEEDLES)
 
 GREP_PATTERN = "|".join(
@@ -149,6 +169,9 @@ GREP_PATTERN = "|".join(
 """The same selection as an ERE, for ``grep -cE`` (the benchmark's baseline)."""
 
 _TIME_CORE = re.compile(rb":[0-5]\d:[0-5]\d")
+_DATED = re.compile(rb"\s*(?:\[?\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d|\[?[EWIFD]\d{4} \d\d:\d\d:\d\d)")
+"""A line that starts with its own time: the skipped lines before it need not be searched for one, its
+own stamp supersedes theirs (unless undated events are still waiting for the first time in the file)."""
 """Every supported timestamp has HH:MM:SS; ':' makes this a literal-led, C-speed search."""
 
 # -- line prefixes and timestamps ------------------------------------------------------------------------------
@@ -162,6 +185,7 @@ _PREFIX = re.compile(rf"""\s*(?:
   | (?P<glog>[EWIFD]\d{{4}}\ \d\d:\d\d:\d\d(?:\.\d{{1,9}})?)\s+\d+\s+(?P<gfile>[^\]\s]+)\]\s*
   | \[(?P<llvl>[EWIF])\ (?P<lfile>[\w.\-/]+:\d+)\]\s*
   | \[rank(?P<rank>\d+)\]:\s?
+  | \[[A-Za-z][\w.\-]{{0,30}}\]\s+(?=\d{{4}}-\d\d-\d\d[T\ _]\d\d:)
   | \[(?P<role>[A-Za-z_][A-Za-z_\-]*?)(?P<lrank>\d+)\]:\s?
   | \[(?P<mjob>\d+),(?P<mrank>\d+)\]<(?:stdout|stderr)>:\s?
   | (?P<vlvl>DEBUG|INFO|WARNING|ERROR|CRITICAL)\ (?P<vdate>\d\d-\d\d\ \d\d:\d\d:\d\d)(?:\.\d+)?\s+
@@ -193,9 +217,12 @@ class _Prefix:
     host: str | None = None
 
 
+_ISO_PARTS = re.compile(r"(\d{4}-\d\d-\d\d)[T _](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?$")
+
+
 def iso_stamp(text: str) -> _Stamp | None:
     """ISO-8601-like text (``,`` or ``.`` fraction, nanoseconds, ``_`` as torchelastic writes it) as UTC."""
-    m = re.match(r"(\d{4}-\d\d-\d\d)[T _](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?$", text.strip())
+    m = _ISO_PARTS.match(text.strip())
     if not m:
         return None
     day, clock, frac, zone = m.groups()
@@ -388,6 +415,12 @@ class _Reader:
         self.hosts: set[str] = set()
         self.learned: set[str] = set()
         self.checked = 0
+        self.block: list[bytes] = []
+        self.block_base = 0
+        self.step_marks: dict[tuple[int | None, Any], int] = {}
+        self.step_count: Counter[tuple[int | None, Any]] = Counter()
+        self.step_stride: dict[tuple[int | None, Any], list[int]] = {}
+        self.sole: tuple[int, int | None] = (0, None)
 
     # -- the block loop ---------------------------------------------------------------------------------------
 
@@ -425,6 +458,7 @@ class _Reader:
         """Read the lines of ``data[:end]`` that the prefilter selects; returns the line count after them."""
         lines = data[:end].split(b"\n")
         lines.pop()
+        self.block, self.block_base = lines, base
         giants = set()
         if max(map(len, lines), default=0) > MAX_LINE_BYTES:
             giants = {i for i, line in enumerate(lines) if len(line) > MAX_LINE_BYTES}
@@ -442,7 +476,7 @@ class _Reader:
                 continue
             off = known_off + sum(map(len, lines[known_i:hit])) + (hit - known_i)
             known_i, known_off = hit, off
-            if off > gap:
+            if off > gap and (self.waiting or not _DATED.match(lines[hit])):
                 yield from self._date_gap(data, gap, off)
             yield from self._line(base + hit + 1, lines[hit])
             i = hit + 1
@@ -609,7 +643,7 @@ class _Reader:
             self.file_version = self.file_version or m.group("ver")
             yield from self._tell_version(pre.host or self.ctx.host, m.group("ver"))
             return
-        if m := _NCCL_BARE.search(rest):
+        if "NCCL " in rest and (m := _NCCL_BARE.search(rest)):
             finding = _nccl_warn(m.group("msg"), m.group("lvl"))
             if m.group("src"):
                 finding.attrs.setdefault("file", m.group("src").rsplit("/", 1)[-1])
@@ -620,10 +654,28 @@ class _Reader:
             self.cont = cont
             self.cont_start = (lineno, text, pre, self.last)
             return
+        if finding is None and any(needle in rest for needle in WRITE_NEEDLES):
+            finding = self._write_failure(lineno, rest)
         if finding is not None:
             yield from self._emit(finding, lineno, text, pre)
         elif _STRONG.search(rest):
             yield Skipped(lineno, "cut or unrecognised NCCL/PyTorch line")
+
+    def _write_failure(self, lineno: int, rest: str) -> Finding | None:
+        """A failed write in a rank's log; a checkpoint's when the line is torch's serializer or the lines
+        before it show a save in progress (the traceback through torch.save, a ``Saving checkpoint`` line)."""
+        failure = storage.write_failure(rest)
+        if failure is None:
+            return None
+        at = lineno - 1 - self.block_base
+        before = self.block[max(0, at - _CKPT_LOOKBACK):max(0, at)] if 0 <= at <= len(self.block) else []
+        saving = failure["checkpoint_api"] or bool(_CKPT_CONTEXT.search(rest.encode("utf-8", "replace"))) or any(
+            _CKPT_CONTEXT.search(line) for line in before)
+        attrs = {key: value for key, value in failure.items() if key != "checkpoint_api" and value is not None}
+        errno = f" ({failure['errno']})" if failure["errno"] else ""
+        what = "checkpoint write failed" if saving else "storage error"
+        return Finding("checkpoint_write_failed" if saving else "storage_error", "error", attrs,
+                       layer="network_storage", message=f"{what}{errno}: {failure['error']}")
 
     def _end_cont(self) -> Iterator[Row]:
         cont, start = self.cont, self.cont_start
@@ -812,6 +864,8 @@ class _Reader:
         proc = self.procs.get((host, pid)) if host is not None and pid is not None else None
         if rank is None and proc is not None:
             rank = proc.rank
+        if rank is None and host is None:
+            rank = self._sole_rank()
         home = self.rank_home.get(rank) if rank is not None else None
         gpu = proc.devs.get(dev) if proc is not None and dev is not None else None
         if gpu is None and home is not None and (host is None or home[1] == host):
@@ -847,8 +901,46 @@ class _Reader:
         self.recent_cuda.append((error, rank, lineno))
         return False
 
+    def _sole_rank(self) -> int | None:
+        """The rank of a one-rank log (its NCCL init lines name one rank): the owner of its unprefixed
+        lines (tracebacks, trainer output)."""
+        if self.sole[0] != len(self.procs):
+            ranks = {proc.rank for proc in self.procs.values() if proc.rank is not None}
+            self.sole = (len(self.procs), next(iter(ranks)) if len(ranks) == 1 else None)
+        return self.sole[1]
+
+    def _step(self, finding: Finding, pre: _Prefix) -> bool:
+        """Give a step-time finding its rank's step and ordinal, or drop it: a progress marker (DeepSpeed
+        prints ``step=N`` apart from its timers) only moves the rank's step mark, and past STEP_BUDGET
+        steps only every n-th step number is kept."""
+        rank = pre.rank if pre.rank is not None else finding.rank
+        if rank is None:
+            rank = self._sole_rank()
+        attrs = finding.attrs
+        key = (rank, attrs.get("framework"))
+        if attrs.pop("progress", False):
+            if key in self.step_marks or len(self.step_marks) < _MAX_PROCS:
+                self.step_marks[key] = attrs["step"]
+            return False
+        if attrs.get("step") is None and key in self.step_marks:
+            attrs["step"] = self.step_marks[key]
+        if key not in self.step_count and len(self.step_count) >= _MAX_PROCS:
+            return True
+        self.step_count[key] += 1
+        attrs["index"] = self.step_count[key]
+        number = attrs["step"] if isinstance(attrs.get("step"), int) else attrs["index"]
+        stride = self.step_stride.setdefault(key, [1, 0])
+        if number % stride[0]:
+            return False
+        stride[1] += 1
+        if stride[1] >= STEP_BUDGET:
+            stride[0], stride[1] = stride[0] * 2, 0
+        return True
+
     def _emit(self, finding: Finding, lineno: int, text: str, pre: _Prefix,
               neighbour: _Stamp | None = None) -> Iterator[Row]:
+        if finding.kind == "step_time" and not self._step(finding, pre):
+            return
         event = self._event(finding, lineno, text, pre, neighbour=neighbour)
         if event is None:
             return
@@ -1020,7 +1112,10 @@ _SNIFF_TORCH = re.compile(r"ProcessGroupNCCL|WorkNCCL\(|NCCL error|torch\.distri
                           r"Root Cause \(first observed failure\)|CUDA out of memory|CUDA error: |OutOfMemoryError|"
                           r"DistBackendError|ncclSystemError|ncclRemoteError|Not all ranks joining collective")
 _SNIFF_TRAIN = re.compile(r"""['"]loss['"]: (?:nan|inf)|lm loss: (?:nan|NaN)|loss=nan|found NaN in|OVERFLOW! Rank|"""
-                          r"Gradient overflow\.")
+                          r"Gradient overflow\.|elapsed time per iteration \(ms\)|\] rank=\d+ time \(ms\) \||"
+                          r"global_step=\d+, RunningAvgSamplesPerSec=|\bstep:\s*\d+\s+loss:.{0,80}\btps:|"
+                          r"""['"]train_runtime['"]:|\bstep[ :=]+\d+\b.{0,120}\bstep[_ ]time\b""")
+"""Trainer logs without NCCL lines: NaN losses, and the step-timing lines torch_dist.step_time reads."""
 
 
 def sniff(name: str, head: str) -> dict[str, int]:

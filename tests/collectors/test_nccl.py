@@ -492,3 +492,144 @@ def test_more_pytorch_spellings():
         "nccl_error", "gpu", "ncclInvalidUsage", "2.19.3")
     assert (aborted.kind, aborted.rank, aborted.attrs["seq"], aborted.attrs["op"]) == ("nccl_timeout", 1, 9,
                                                                                         "BROADCAST")
+
+
+# -- step timing: the line shapes real trainers print ------------------------------------------------------------
+
+STEP_LINES = [
+    # Megatron-LM (print_rank_last)
+    (" [2024-05-02 11:20:41] iteration      201/  250000 | consumed samples:       205824 | elapsed time per "
+     "iteration (ms): 139113.4 | learning rate: 1.507E-05 | global batch size:  1024 | lm loss: 2.373574E+00 | "
+     "loss scale: 1.0 | grad norm: 0.811 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+     {"framework": "megatron", "step": 201, "total_steps": 250000, "seconds": 139.1134, "measure": "step"}),
+    # DeepSpeed wall_clock_breakdown: global timers, compute without the gradient all-reduce
+    ("[2023-06-21 07:39:09,626] [INFO] [logging.py:96:log_dist] [Rank 0] rank=0 time (ms) | forward: 27.46 | "
+     "backward: 73.60 | backward_inner: 51.05 | backward_allreduce: 22.50 | step: 72.60",
+     {"framework": "deepspeed", "seconds": 0.15111, "measure": "compute"}),
+    # DeepSpeed throughput timer, new and old spellings
+    ("[2024-07-17 19:53:24,981] [INFO] [timer.py:258:stop] epoch=0/micro_step=4500/global_step=4500, "
+     "RunningAvgSamplesPerSec=16.124955167964504, CurrSamplesPerSec=16.807402094161112, MemAllocated=0.02GB, "
+     "MaxMemAllocated=0.97GB",
+     {"framework": "deepspeed", "step": 4500, "throughput": 16.807402094161112, "unit": "samples/s"}),
+    ("[2022-03-11 02:06:58,985] [INFO] [timer.py:189:stop] 0/40, SamplesPerSec=83.48609168106144, "
+     "MemAllocated=0.26GB, MaxMemAllocated=9.02GB",
+     {"framework": "deepspeed", "step": 40, "throughput": 83.48609168106144}),
+    # torchtitan, under torchrun's --tee prefix
+    ("[rank0]:[titan] 2025-06-16 22:30:50,322 - root - INFO - step: 200  loss:  6.1384  memory: 49.66GiB(52.28%)  "
+     "tps: 5,856  tflops: 339.16  mfu: 34.29%",
+     {"framework": "torchtitan", "step": 200, "throughput": 5856.0, "unit": "tokens/s", "mfu_pct": 34.29}),
+    # HF Trainer / accelerate / Lightning progress bars (tqdm)
+    ("  3%|███                                             | 12/345 [00:07<06:50,  1.23s/it]",
+     {"framework": "tqdm", "step": 12, "total_steps": 345, "seconds": 1.23}),
+    ("Epoch 0:  45%|████▌     | 450/1000 [07:30<09:10,  1.25it/s, v_num=0, train_loss=2.100]",
+     {"framework": "tqdm", "step": 450, "epoch": 0, "seconds": 0.8}),
+    # HF Trainer's end-of-training summary: the run's mean step time, no step
+    ("{'train_runtime': 1234.5, 'train_samples_per_second': 12.3, 'train_steps_per_second': 0.4, "
+     "'train_loss': 2.1, 'epoch': 3.0}",
+     {"framework": "hf_trainer", "step": None, "summary": True, "seconds": 2.5, "train_runtime_s": 1234.5}),
+    # plain trainer and TF object-detection spellings
+    ("2025-03-12 09:33:00,000 - INFO - [rank1] step 10400 | loss 2.2710 | lr 2.40e-04 | step_time 1.43s | "
+     "tokens/s 366634",
+     {"framework": "plain", "step": 10400, "seconds": 1.43, "measure": "step"}),
+    ("I0912 11:40:27.956218 139735407601536 model_lib_v2.py:652] Step 100 per-step time 0.813s loss=1.396",
+     {"framework": "plain", "step": 100, "seconds": 0.813}),
+    ("steps: 100 loss: 2.1045 iter time (s): 1.234 samples/sec: 25.931",
+     {"framework": "plain", "step": 100, "seconds": 1.234}),
+    ("step 7 | loss 3.1 | step_time_ms 412.5", {"framework": "plain", "step": 7, "seconds": 0.4125}),
+]
+
+
+@pytest.mark.parametrize("line,want", STEP_LINES, ids=[w["framework"] + str(i) for i, (_, w) in
+                                                       enumerate(STEP_LINES)])
+def test_step_time_formats(line, want):
+    (event,) = [e for e in _events(_parse(line + "\n")) if e.kind == "step_time"]
+    for key, value in want.items():
+        got = event.attrs.get(key)
+        assert got == pytest.approx(value) if isinstance(value, float) else got == value, (key, got)
+    assert event.layer == "gpu" and event.severity == "info"
+
+
+def test_lines_that_only_mention_time_are_not_steps():
+    text = ("2025-03-12 09:33:00,000 - INFO - request timed out at step 5, retrying\n"
+            "step 12 loss 2.1 lr 3e-4 tokens/s 10000\n"
+            "Total time: 3h 12m\n"
+            "[INFO] [logging.py:96:log_dist] [Rank 0] rank=0 time (ms) | optimizer_allgather: 7.96 | "
+            "optimizer_gradients: 0.02 | optimizer_step: 60.64\n")
+    assert [e for e in _events(_parse(text)) if e.kind == "step_time"] == []
+
+
+def test_deepspeed_progress_line_numbers_the_timers_and_the_rank_comes_from_the_log():
+    init = ("node05:80214:80345 [1] NCCL INFO ncclCommInitRank comm 0x55d79e41010 rank 1 nranks 4 cudaDev 1 nvmlDev 1 "
+            "busId 2a000 commId 0x3e1a2b7c9d4f5e60 - Init COMPLETE\n")
+    text = init + "".join(
+        f"[2025-03-12 06:{10 + i}:05,000] [INFO] [logging.py:96:log_dist] [Rank 1] step={1000 * (i + 1)}, "
+        f"skipped=0, lr=[0.00024], mom=[(0.9, 0.95)]\n"
+        f"[2025-03-12 06:{10 + i}:05,000] [INFO] [logging.py:96:log_dist] [Rank 1] rank=1 time (ms) | forward: 300.0 | "
+        f"backward: 600.0 | backward_inner: 570.0 | backward_allreduce: 30.0 | step: 120.0\n"
+        for i in range(3))
+    steps = [e for e in _events(_parse(text)) if e.kind == "step_time"]
+    assert [(e.attrs["step"], e.attrs["index"]) for e in steps] == [(1000, 1), (2000, 2), (3000, 3)]
+    assert {(e.rank, e.host, e.gpu) for e in steps} == {(1, "node05", "0000:2a:00.0")}
+    assert steps[0].attrs["seconds"] == pytest.approx(0.99)
+    assert steps[0].attrs["breakdown_ms"]["backward_allreduce"] == 30
+
+
+def test_tqdm_carriage_returns_and_ansi_colours():
+    bars = "\r".join(f" {p}%|███ | {n}/345 [00:0{p}<06:50,  {1 + p / 100:.2f}s/it]"
+                     for p, n in ((1, 4), (2, 7), (3, 12)))
+    (bar,) = [e for e in _events(_parse(bars + "\n")) if e.kind == "step_time"]
+    assert (bar.attrs["step"], bar.attrs["seconds"]) == (12, 1.03)
+    titan = ("[titan] 2026-02-24 19:46:17,508 - root - INFO - \x1b[31mstep:  4  \x1b[32mloss:  7.62585  "
+             "\x1b[33mmemory: 66.91GiB(37.51%)  \x1b[34mtps: 10,050  \x1b[36mtflops: 314.71  "
+             "\x1b[35mmfu: 13.99%\x1b[39m\n")
+    (step,) = [e for e in _events(_parse(titan)) if e.kind == "step_time"]
+    assert (step.attrs["step"], step.attrs["throughput"]) == (4, 10050.0)
+    assert step.ts == datetime(2026, 2, 24, 19, 46, 17, 508000, tzinfo=timezone.utc) and step.ts_origin == "iso"
+
+
+# -- checkpoint write failures inside rank logs --------------------------------------------------------------------
+
+_RANK0_INIT = ("node21:70110:70241 [0] NCCL INFO ncclCommInitRank comm 0x55d7a1c300 rank 0 nranks 4 cudaDev 0 "
+               "nvmlDev 0 busId 18000 commId 0x3e1a2b7c9d4f5e60 - Init COMPLETE\n")
+
+
+def test_torch_save_stream_writer_failure_is_a_checkpoint_write_failure():
+    text = _RANK0_INIT + (
+        "[2023-06-02 00:34:14,497] [INFO] [torch_checkpoint_engine.py:21:save] [Torch] Saving "
+        "./output/checkpoint-1428/global_step1428/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt...\n"
+        "Traceback (most recent call last):\n"
+        '  File "/env/lib/python3.9/site-packages/torch/serialization.py", line 441, in save\n'
+        "    _save(obj, opened_zipfile, pickle_module, pickle_protocol)\n"
+        '  File "/env/lib/python3.9/site-packages/torch/serialization.py", line 668, in _save\n'
+        "    zip_file.write_record(name, storage.data_ptr(), num_bytes)\n"
+        "RuntimeError: [enforce fail at inline_container.cc:471] . PytorchStreamWriter failed writing file data/3: "
+        "file write failed\n")
+    (event,) = [e for e in _events(_parse(text)) if e.kind == "checkpoint_write_failed"]
+    assert (event.rank, event.host, event.gpu, event.layer) == (0, "node21", "0000:18:00.0", "network_storage")
+    assert event.attrs["file"] == "data/3" and event.attrs["source"] == "inline_container.cc:471"
+    assert event.ts == datetime(2023, 6, 2, 0, 34, 14, 497000, tzinfo=timezone.utc) and event.ts_origin == "neighbour"
+
+
+def test_enospc_after_a_save_frame_and_eio_outside_one():
+    text = ("[rank0]:  File \"/env/lib/python3.7/site-packages/torch/serialization.py\", line 297, in _save\n"
+            "[rank0]:    serialized_storages[key]._write_file(f, _should_read_directly(f))\n"
+            "[rank0]:RuntimeError: write(): fd 29 failed with No space left on device\n")
+    (full,) = _events(_parse(text))
+    assert (full.kind, full.rank, full.attrs["errno"]) == ("checkpoint_write_failed", 0, "ENOSPC")
+    assert "No space left" in full.message
+    (eio,) = _events(_parse("2025-03-07 10:02:11,003 - ERROR - dataloader: OSError: [Errno 5] Input/output error: "
+                            "'/data/shard-0042.tar'\n"))
+    assert (eio.kind, eio.attrs["errno"]) == ("storage_error", "EIO")
+    refused = _events(_parse("ConnectionRefusedError: [Errno 111] Connection refused\n"))
+    assert not {e.kind for e in refused} & {"checkpoint_write_failed", "storage_error"}
+
+
+def test_grep_pattern_selects_the_new_lines(tmp_path):
+    import subprocess
+
+    path = tmp_path / "r.log"
+    path.write_text("".join(line + "\n" for line, _ in STEP_LINES)
+                    + "RuntimeError: write(): fd 29 failed with No space left on device\n")
+    got = subprocess.run(["grep", "-cE", nccl.GREP_PATTERN, str(path)], capture_output=True, text=True,
+                         env=dict(os.environ, LC_ALL="C"))
+    assert int(got.stdout) == len(STEP_LINES) + 1
