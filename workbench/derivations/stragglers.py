@@ -19,7 +19,8 @@ and writes:
   desync in the program): seq, pg, ops {rank: op}.
 
 A rank that logged nothing counts as a straggler only if the evidence shows it existed (a topology
-row or any event of that rank) and it is a minority: a missing log is not a silent rank.
+row or any event of that rank) and it is a minority: a missing log is not a silent rank. A rank that is
+slow rather than stopped is found from the step times (workbench/derivations/slow_ranks.py).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def derive(con: duckdb.DuckDBPyConnection) -> Iterator[Event]:
             info.first_ts = ts
         info.host = info.host or host
         info.gpu = info.gpu or gpu
-    topo = _Topology(con)
+    topo = RankTopology(con)
     for (job, pg), ranks in groups.items():
         yield from _stragglers(job, pg, ranks, topo)
         yield from _mismatches(job, pg, ranks)
@@ -97,7 +98,7 @@ def _pg(attrs: dict[str, Any]) -> str:
     return str(pg)
 
 
-class _Topology:
+class RankTopology:
     """Rank -> host and GPU from NCCL init lines, preferring the largest (world) communicator."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
@@ -118,13 +119,17 @@ class _Topology:
         found = self.where.get((job, rank)) or self.where.get((None, rank))
         return (found[1], found[2], found[3]) if found else (None, None, None)
 
+    def hosts(self, job: str | None) -> set[str]:
+        """The hosts the job's ranks ran on."""
+        return {where[1] for (j, _), where in self.where.items() if where[1] and j in (job, None)}
+
     def size(self, job: str | None, pg: str) -> int | None:
         if pg != "default_pg":
             return None
         return self.world.get(job) or self.world.get(None) or None
 
 
-def _stragglers(job: str | None, pg: str, ranks: dict[int, _Rank], topo: _Topology) -> Iterator[Event]:
+def _stragglers(job: str | None, pg: str, ranks: dict[int, _Rank], topo: RankTopology) -> Iterator[Event]:
     stuck = {r: i.stuck for r, i in ranks.items() if i.stuck is not None}
     if not stuck:
         return
@@ -147,7 +152,7 @@ def _stragglers(job: str | None, pg: str, ranks: dict[int, _Rank], topo: _Topolo
 
 
 def _event(job: str | None, pg: str, rank: int, seq: int | None, expected: int, waiting: list[int],
-           ranks: dict[int, _Rank], topo: _Topology, evidence: str) -> Event:
+           ranks: dict[int, _Rank], topo: RankTopology, evidence: str) -> Event:
     own = ranks.get(rank)
     t_host, t_gpu, comm = topo.place(job, rank)
     host = (own.host if own else None) or t_host
@@ -183,7 +188,7 @@ def _mismatches(job: str | None, pg: str, ranks: dict[int, _Rank]) -> Iterator[E
                     attrs={"seq": seq, "pg": pg, "ops": {str(r): op for r, op in sorted(ops.items())[:MAX_LISTED]}})
 
 
-def _flight_recorder(con: duckdb.DuckDBPyConnection, topo: _Topology) -> Iterator[Event]:
+def _flight_recorder(con: duckdb.DuckDBPyConnection, topo: RankTopology) -> Iterator[Event]:
     rows = con.execute(
         "SELECT id, ts, job, CAST(attrs AS VARCHAR), artifact, line, host FROM event "
         "WHERE kind = 'nccl_flight_recorder' AND coalesce(ts_origin, '') <> 'derived'").fetchall()
