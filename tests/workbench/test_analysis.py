@@ -304,3 +304,38 @@ def test_job_state_logged_by_several_hosts_anchors_their_clocks(tmp_path: Path) 
     path = make_bundle(tmp_path / "b.duckdb", rows, collector="slurm")
     with Bundle.open(path) as bundle:
         assert estimate_offsets(bundle.con) == {"node03": pytest.approx(-25.0, abs=0.5)}
+
+
+def test_fabric_errors_are_pinned_on_the_peer_the_reporters_share(tmp_path: Path) -> None:
+    """Three hosts report IB completion errors against one address; that host, not a reporter, is the
+    hypothesis. Its address comes from its ranks' NCCL init lines (topology extra.oob)."""
+    from workbench.derive import run_derivations
+
+    hosts = ("node01", "node02", "node03", "node04")
+    rows: list = [Topology(rank=r, host=hosts[r // 2], nranks=8, comm_id="c1", cuda_dev=r % 2,
+                           gpu=f"0000:{0x19 + r % 2:02x}:00.0", job="4242",
+                           extra={"oob": f"ibp12s0:10.10.3.{11 + r // 2}<0>", "net": "IB"}) for r in range(8)]
+    for n, rank in enumerate((0, 2, 3, 5)):
+        rows.append(Event(kind="nccl_net_error", ts=at(4 + n), host=hosts[rank // 2], rank=rank,
+                          layer="network_storage", line=300 + n,
+                          message="NET/IB : Got completion from peer 10.10.3.14<40312> with status=12",
+                          attrs={"status": 12, "peer": "10.10.3.14<40312>", "peer_ip": "10.10.3.14"}))
+    rows += timeouts({r: hosts[r // 2] for r in range(8)}, 601)
+    path = tmp_path / "b.duckdb"
+    bundle = Bundle.create(path, title="synthetic")
+    sha, _, _ = bundle.add_artifact(io.BytesIO(b"ranks"), kind="nccl_log", source="synthetic", collector="nccl")
+    writer = bundle.writer(sha)
+    for row in rows:
+        writer.add(row)
+    writer.flush()
+    assert run_derivations(bundle)["fabric_peers"] == 1
+    bundle.seal()
+    bundle.close()
+    result = run(path)
+    top = result["hypotheses"][0]
+    assert (top["cause"], top["host"], top["ranks"]) == ("network_fabric_errors", "node04", [6, 7])
+    assert "nccl_timeout" in top["symptoms"] and top["score"] >= LOW_SCORE
+    assert not [h for h in result["hypotheses"][1:] if h["host"] in hosts[:3] and h["score"] >= LOW_SCORE]
+    first = result["first_anomaly"]
+    assert first["host"] == "node04" and first["ts"].startswith("2025-03-01T14:00:04")
+    assert top["evidence"][0]["line"] == 300, "the evidence points at the first report's raw line"
