@@ -115,6 +115,44 @@ def steps(start: datetime, first_step: int, count: int, every_s: float, loss: fl
     return out
 
 
+def deepspeed_log(when: datetime, where: str, text: str) -> str:
+    """DeepSpeed's logger: ``[2025-03-12 06:01:05,000] [INFO] [logging.py:96:log_dist] …``."""
+    return f"[{when.strftime('%Y-%m-%d %H:%M:%S')},{when.microsecond // 1000:03d}] [INFO] [{where}] {text}"
+
+
+def deepspeed_steps(rank: int, start: datetime, onset: datetime, end: datetime, slow_rank: int, normal_s: float,
+                    slow_s: float, every: int = 1000, batch: int = 64) -> list[str]:
+    """What each rank of a DeepSpeed job prints every ``every`` steps with ``wall_clock_breakdown``: the
+    progress line, the timers (forward, backward without / with the gradient all-reduce, optimizer step,
+    in ms) and the throughput timer. From ``onset`` on, ``slow_rank`` computes slow_s/normal_s longer
+    and the others wait for it in the all-reduce, so every step takes ``slow_s``."""
+    out, when, step = [], start, 0
+    fwd, bwd, opt = 0.296 * normal_s * 1000, 0.560 * normal_s * 1000, 0.118 * normal_s * 1000
+    samples = 0.0
+    while True:
+        slow = when >= onset
+        step_s = slow_s if slow else normal_s
+        when += timedelta(seconds=every * step_s)
+        if when >= end:
+            return out
+        step += every
+        samples += every * batch
+        factor = slow_s / normal_s if slow and rank == slow_rank else 1.0
+        jitter = 1 + ((rank * 7 + step // every * 3) % 5 - 2) / 200
+        f, b, o = fwd * factor * jitter, bwd * factor * jitter, opt * factor
+        wait = step_s * 1000 - f - b - o
+        out.append(deepspeed_log(when, "logging.py:96:log_dist",
+                                 f"[Rank {rank}] step={step}, skipped=0, lr=[0.00024], mom=[(0.9, 0.95)]"))
+        out.append(deepspeed_log(when, "logging.py:96:log_dist",
+                                 f"[Rank {rank}] rank={rank} time (ms) | forward: {f:.2f} | backward: {b + wait:.2f} | "
+                                 f"backward_inner: {b:.2f} | backward_allreduce: {wait:.2f} | step: {o:.2f}"))
+        elapsed = (when - start).total_seconds()
+        out.append(deepspeed_log(when, "timer.py:260:stop",
+                                 f"epoch=0/micro_step={step}/global_step={step}, RunningAvgSamplesPerSec="
+                                 f"{samples / elapsed:.6f}, CurrSamplesPerSec={batch / step_s:.6f}, "
+                                 f"MemAllocated=31.2GB, MaxMemAllocated=58.9GB"))
+
+
 def sacct(rows: list[str]) -> str:
     return "JobID|JobName|Partition|Account|AllocCPUS|State|ExitCode|Start|End|NodeList\n" + "\n".join(rows) + "\n"
 

@@ -1,6 +1,7 @@
 """The scenario suite: multi-source incidents in their native formats, taken through ``gpuwb ingest``
 and ``gpuwb analyze --json`` exactly as a responder would, checked against each folder's
-expected.yaml (workload, layer, cause, culprit host/GPU/rank, first anomaly).
+expected.yaml (workload, layer, cause, culprit host/GPU/rank, first anomaly, and the symptom kinds the cause
+must explain).
 
 Files are copied to a temporary folder first and given the scenario's capture time as mtime: a
 responder's copies carry the time they were taken, and snapshot outputs without a clock of their
@@ -79,6 +80,14 @@ def test_scenario(folder: Path, tmp_path: Path) -> None:
     if "ranks" in want:
         assert set(want["ranks"]) <= set(top["ranks"]), top["ranks"]
     assert set(want.get("consequences", [])) <= set(top["consequences"]), top["consequences"]
+    for kind in want.get("symptoms", []):
+        groups = [g for g in result["symptoms"] if g["kind"] == kind]
+        assert groups and all(g["explained_by"] == want["cause"] for g in groups), (kind, groups)
+        placed = [g for g in groups if g["host"] is not None]
+        if "host" in want and kind == "straggler_rank":
+            assert {g["host"] for g in placed} == {want["host"]}, placed
+        if "gpu" in want and kind == "straggler_rank":
+            assert all(g["gpus"] == [want["gpu"]] for g in placed), placed
     assert result["layers"][want["layer"]]["verdict"] == "fault"
     first = result["first_anomaly"]
     assert first is not None

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tests.scenarios.formats import (
     ctime,
+    deepspeed_steps,
     expected,
     journal,
     nccl_init,
@@ -192,6 +193,62 @@ def train_ib_link_flap(folder: Path) -> None:
 
 
 @scenario
+def train_ib_peer_errors_only(folder: Path) -> None:
+    """node14's HCA port dies and node14 hangs: nothing of its kernel log or port counters reached the
+    responder. Ranks on node11, node12 and node13 report IB completion errors (status=12) against
+    10.10.7.14, the address node14's NCCL init lines give; node14's own ranks report errors against their
+    two ring neighbours. Every rank's watchdog fires and the job fails. Only the peer addresses, mapped to
+    hosts through the init lines, show that node14 is the host the errors have in common. Noise: a few
+    symbol errors on node12's port, a boot-time link up on node13."""
+    start = datetime(2025, 3, 9, 6, 10, 2)
+    down = datetime(2025, 3, 9, 9, 12, 1, 514000)
+    hang = datetime(2025, 3, 9, 9, 12, 0, 930000)
+    hosts = {11: "node11", 12: "node12", 13: "node13", 14: "node14"}
+    places = {r: (hosts[11 + r // 2], r % 2, ("18000", "2a000")[r % 2], 61200 + 37 * r) for r in range(8)}
+    for rank, (host, dev, bus, pid) in places.items():
+        lines = [pylog(start, f"[rank{rank}] torch.distributed initialized: world_size=8 backend=nccl")]
+        lines += nccl_init(host, pid, rank, 8, dev, bus, "d2f7", ip=f"10.10.7.{host[-2:]}")
+        lines += steps(start + timedelta(minutes=2), 31000, 6, 1800.0, 1.8342, rank, step_time=1.12)
+        if host != "node14":
+            peer, delay = "10.10.7.14", 4.1 + 0.37 * rank
+        else:
+            peer, delay = ("10.10.7.13" if dev == 0 else "10.10.7.11"), 9.8 + 0.2 * dev
+        when = down + timedelta(seconds=delay)
+        tid = pid + 177
+        lines.append(pylog(when - timedelta(milliseconds=3), f"[rank{rank}] NCCL_DEBUG_SUBSYS=NET warning follows"))
+        lines.append(f"{host}:{pid}:{tid} [{dev}] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer {peer}<{40100 + rank}> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid fe80::a088:c203:f1:{rank:04x} remoteGids fe80::a088:c203:f1:e20e hca mlx5_0")
+        lines.append(f"{host}:{pid}:{tid} [{dev}] NCCL INFO transport/net.cc:1298 -> 6")
+        lines.append(f"{host}:{pid}:{tid} [{dev}] NCCL INFO proxy.cc:694 -> 6")
+        lines.append(f"{host}:{pid}:{tid} [{dev}] NCCL INFO proxy.cc:874 -> 6 [Progress Thread]")
+        lines += watchdog(rank, hang + timedelta(seconds=600, milliseconds=120 + 9 * rank), 61877, "ALLREDUCE",
+                          1048576, 600000, 600120 + 9 * rank)
+        write(folder, f"logs/rank{rank}.log", "\n".join(lines) + "\n")
+    write(folder, "node12/perfquery.txt", "\n".join([
+        "# Port counters: Lid 22 port 1 (CapMask: 0x5300)",
+        "PortSelect:......................1", "CounterSelect:...................0x0000",
+        "SymbolErrorCounter:..............5", "LinkErrorRecoveryCounter:........0", "LinkDownedCounter:...............0",
+        "PortRcvErrors:...................0", "PortRcvRemotePhysicalErrors:.....0", "PortRcvSwitchRelayErrors:........0",
+        "PortXmitDiscards:................0", "PortXmitConstraintErrors:........0", "PortRcvConstraintErrors:.........0",
+        "CounterSelect2:..................0x00", "LocalLinkIntegrityErrors:........0", "ExcessiveBufferOverrunErrors:....0",
+        "VL15Dropped:.....................0", "PortXmitData:....................4101122818", "PortRcvData:.....................4100991002",
+        "PortXmitPkts:....................17398710", "PortRcvPkts:.....................17398112", "PortXmitWait:....................3120",
+    ]) + "\n")
+    boot13 = datetime(2025, 3, 9, 5, 58, 40)
+    kern13 = [journal(sec(boot13, 3.2 + i * 0.01), "node13", t) for i, t in enumerate(nvidia_boot())]
+    kern13.append(journal(sec(boot13, 9.7), "node13", "mlx5_core 0000:5e:00.0 ibp94s0: Link up"))
+    write(folder, "node13/kern.log", "\n".join(kern13) + "\n")
+    write(folder, "slurm/sacct.txt", sacct([
+        "88512|moe-pretrain|gpu|llm|128|FAILED|1:0|2025-03-09T06:10:00|2025-03-09T09:23:02|node[11-14]",
+        "88512.batch|batch||llm|32|FAILED|1:0|2025-03-09T06:10:00|2025-03-09T09:23:02|node11",
+        "88512.0|torchrun||llm|128|FAILED|1:0|2025-03-09T06:10:01|2025-03-09T09:23:01|node[11-14]",
+    ]))
+    expected(folder, description="node14's IB port dies; only its peers' status=12 reports against its address name it",
+             captured_at="2025-03-09T09:40:00Z", workload="training", layer="network_storage",
+             cause="network_fabric_errors", host="node14", ranks=[6, 7],
+             first_anomaly={"kind": "fabric_peer_errors", "host": "node14"}, symptoms=["nccl_timeout", "job_failed"])
+
+
+@scenario
 def train_nfs_checkpoint_stall(folder: Path) -> None:
     """Rank 0 writes a checkpoint to NFS; the server stops responding; rank 0 blocks in D state and
     the other ranks time out in the next all-reduce. A partial checkpoint is left behind."""
@@ -260,6 +317,72 @@ def train_nfs_checkpoint_stall(folder: Path) -> None:
              captured_at="2025-03-07T10:30:00Z", workload="training", layer="network_storage",
              cause="storage_stall", host="node01", rank=0,
              first_anomaly={"kind": "nfs_not_responding", "host": "node01"})
+
+
+@scenario
+def train_checkpoint_disk_full(folder: Path) -> None:
+    """An HF Trainer job (torchrun --tee, so every line carries ``[rankN]:``) saves checkpoint-24000 to
+    node21's local scratch disk, which is full: safetensors fails with "No space left on device" on rank 0,
+    rank 0 dies, the other ranks time out in the next all-reduce and the job fails. Only rank 0's log
+    says why: no df output was taken. Noise: an Xid 31 from another user's job on node22 two days earlier."""
+    start = datetime(2025, 3, 14, 1, 2, 10)
+    save = datetime(2025, 3, 14, 3, 0, 1, 118000)
+    places = {0: ("node21", 0, "18000", 70110), 1: ("node21", 1, "2a000", 70114), 2: ("node22", 0, "18000", 66290),
+              3: ("node22", 1, "2a000", 66293)}
+    site = "/opt/conda/lib/python3.11/site-packages"
+    for rank, (host, dev, bus, pid) in places.items():
+        lines = [f"[INFO|trainer.py:2128] {start.strftime('%Y-%m-%d %H:%M:%S')},204 >> ***** Running training *****"] if rank == 0 else []
+        lines += nccl_init(host, pid, rank, 4, dev, bus, "71c3", ip=f"10.10.9.{host[-2:]}")
+        if rank == 0:
+            for i in range(6):
+                lines.append(f"{{'loss': {1.9123 - i * 0.013:.4f}, 'grad_norm': {0.41 + i * 0.01:.2f}, 'learning_rate': 2.4e-05, 'epoch': {1.1 + i * 0.02:.2f}}}")
+                lines.append(f" {48 + i}%|█████     | {23000 + i * 200}/48000 [{1 + i // 3}:{(i * 19) % 60:02d}:11<1:58:02,  1.18s/it]")
+            lines += [
+                f"[INFO|trainer.py:3410] {save.strftime('%Y-%m-%d %H:%M:%S')},118 >> Saving model checkpoint to /scratch/run7/checkpoint-24000",
+                f"[INFO|configuration_utils.py:472] {save.strftime('%Y-%m-%d %H:%M:%S')},402 >> Configuration saved in /scratch/run7/checkpoint-24000/config.json",
+                "Traceback (most recent call last):",
+                '  File "/opt/train/run_clm.py", line 655, in <module>',
+                "    main()",
+                '  File "/opt/train/run_clm.py", line 603, in main',
+                "    train_result = trainer.train(resume_from_checkpoint=checkpoint)",
+                f'  File "{site}/transformers/trainer.py", line 2052, in train',
+                "    return inner_training_loop(",
+                f'  File "{site}/transformers/trainer.py", line 2487, in _inner_training_loop',
+                "    self._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval)",
+                f'  File "{site}/transformers/trainer.py", line 2918, in _maybe_log_save_evaluate',
+                "    self._save_checkpoint(model, trial, metrics=metrics)",
+                f'  File "{site}/transformers/trainer.py", line 3008, in _save_checkpoint',
+                "    self.save_model(output_dir, _internal_call=True)",
+                f'  File "{site}/transformers/trainer.py", line 3421, in _save',
+                "    self.model.save_pretrained(",
+                f'  File "{site}/transformers/modeling_utils.py", line 2793, in save_pretrained',
+                '    safe_save_file(shard, os.path.join(save_directory, shard_file), metadata={"format": "pt"})',
+                f'  File "{site}/safetensors/torch.py", line 286, in save_file',
+                "    serialize_file(_flatten(tensors), filename, metadata=metadata)",
+                'safetensors_rust.SafetensorError: Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })',
+            ]
+        else:
+            lines += steps(start + timedelta(minutes=3), 23000, 4, 1500.0, 1.9123, rank, step_time=1.18)
+            lines += watchdog(rank, save + timedelta(seconds=600, milliseconds=204 + 7 * rank), 97113, "ALLREDUCE",
+                              2097152, 600000, 600204 + 7 * rank)
+        write(folder, f"logs/rank{rank}.log", "\n".join(line if line.startswith("[rank") else f"[rank{rank}]:{line}"
+                                                       for line in lines) + "\n")
+    kern22 = [journal(datetime(2025, 3, 12, 0, 41, 7) + timedelta(seconds=i * 0.01), "node22", t)
+              for i, t in enumerate(nvidia_boot())]
+    kern22.append(journal(datetime(2025, 3, 12, 2, 17, 44), "node22",
+                          "NVRM: Xid (PCI:0000:2a:00): 31, pid=401877, name=python, Ch 00000008, intr 00000000. "
+                          "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f2a_8c000000. Fault is of type "
+                          "FAULT_PDE ACCESS_TYPE_VIRT_READ"))
+    write(folder, "node22/kern.log", "\n".join(kern22) + "\n")
+    write(folder, "slurm/sacct.txt", sacct([
+        "90877|llama-13b-ft|gpu|ml-research|64|FAILED|1:0|2025-03-14T01:02:03|2025-03-14T03:10:44|node[21-22]",
+        "90877.batch|batch||ml-research|32|FAILED|1:0|2025-03-14T01:02:03|2025-03-14T03:10:44|node21",
+        "90877.0|torchrun||ml-research|64|FAILED|1:0|2025-03-14T01:02:05|2025-03-14T03:10:43|node[21-22]",
+    ]))
+    expected(folder, description="rank 0's checkpoint write fails on node21's full scratch disk; the other ranks time out",
+             captured_at="2025-03-14T03:30:00Z", workload="training", layer="network_storage", cause="disk_full",
+             host="node21", rank=0, first_anomaly={"kind": "checkpoint_write_failed", "host": "node21"},
+             symptoms=["nccl_timeout", "job_failed"])
 
 
 @scenario
@@ -566,8 +689,10 @@ def train_healthy_with_noise(folder: Path) -> None:
 @scenario
 def train_thermal_straggler(folder: Path) -> None:
     """GPU 0000:2a:00.0 on node05 runs hot and clocks down (HW thermal slowdown) under full load: rank 1
-    becomes the straggler, every step slows from 1.02 s to 1.43 s, and the job runs into its time
-    limit. Noise: an idle GPU on node06 sits at its power cap, its busy GPUs run normally."""
+    becomes the straggler. DeepSpeed's wall-clock breakdown on every rank shows it: rank 1's forward and
+    backward take 1.4x longer, the others wait for it in the gradient all-reduce; every step slows from
+    1.02 s to 1.43 s (samples/s drop) and the job runs into its time limit. Noise: an idle GPU on node06
+    sits at its power cap, its busy GPUs run normally."""
     start = datetime(2025, 3, 12, 6, 0, 5)
     hot = datetime(2025, 3, 12, 9, 31, 0)
     header = ("timestamp, index, pci.bus_id, utilization.gpu [%], temperature.gpu, power.draw [W], clocks.sm [MHz], "
@@ -593,8 +718,8 @@ def train_thermal_straggler(folder: Path) -> None:
     for rank, (host, dev, bus, pid) in places.items():
         lines = [pylog(start, f"[rank{rank}] torch.distributed initialized: world_size=4 backend=nccl")]
         lines += nccl_init(host, pid, rank, 4, dev, bus, "9e41", ip=f"10.10.13.{int(host[-1])}")
-        lines += steps(start + timedelta(minutes=1), 0, 7, 1800.0, 2.3012, rank, step_time=1.02)
-        lines += steps(hot + timedelta(minutes=2), 10400, 6, 1800.0, 2.2710, rank, step_time=1.43)
+        lines += deepspeed_steps(rank, start + timedelta(minutes=1), hot, datetime(2025, 3, 12, 12, 0, 7),
+                                 slow_rank=1, normal_s=1.02, slow_s=1.43)
         write(folder, f"logs/rank{rank}.log", "\n".join(lines) + "\n")
     write(folder, "slurm/job-97120.err", "slurmstepd: error: *** JOB 97120 ON node05 CANCELLED AT 2025-03-12T12:00:07 DUE TO TIME LIMIT ***\n")
     write(folder, "slurm/sacct.txt", sacct([
@@ -604,4 +729,5 @@ def train_thermal_straggler(folder: Path) -> None:
     ]))
     expected(folder, description="node05 GPU 0000:2a:00.0 thermal-throttles under load; rank 1 paces every step; the job hits its time limit",
              captured_at="2025-03-12T12:20:00Z", workload="training", layer="hardware", cause="thermal_throttling",
-             host="node05", gpu="0000:2a:00.0", rank=1, first_anomaly={"kind": "gpu_throttle", "host": "node05"})
+             host="node05", gpu="0000:2a:00.0", rank=1, first_anomaly={"kind": "gpu_throttle", "host": "node05"},
+             symptoms=["straggler_rank", "throughput_drop"])
