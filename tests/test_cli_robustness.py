@@ -114,11 +114,12 @@ def test_newer_bundle_is_not_migrated_or_touched(bad):
     con.close()
 
 
-def _gpuwb(*args: str | Path, **kwargs) -> subprocess.Popen:
+def _gpuwb(*args: str | Path, cwd: Path = ROOT) -> subprocess.Popen:
     """gpuwb in a child process with ordinary (block-buffered) stdout, as a shell pipeline runs it."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    return subprocess.Popen([sys.executable, "-m", "workbench.cli", *map(str, args)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.Popen([sys.executable, "-m", "workbench.cli", *map(str, args)], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 @pytest.mark.parametrize("command", [("timeline",), ("timeline", "--json"), ("analyze",), ("verify",), ("report",)],
@@ -130,3 +131,199 @@ def test_closed_pipe_is_quiet(command, good):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0, err
     assert err == ""
+
+
+# -- ingest of hostile inputs ---------------------------------------------------------------------
+
+def _ingest_in_child(bundle: Path, *paths: Path | str, cwd: Path = ROOT) -> tuple[int, str, str]:
+    """In a child with a deadline: a pipe or a device that is opened by mistake blocks forever."""
+    proc = _gpuwb("ingest", bundle, *paths, cwd=cwd)
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out.decode(), err.decode()
+
+
+def _tar_gz(path: Path, members: dict[str, bytes]) -> None:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _status(out: str) -> dict[str, str]:
+    """file -> status from the ingest summary table."""
+    rows = {}
+    for line in out.splitlines()[2:]:
+        cells = line.split()
+        if len(cells) >= 8 and cells[-1] in ("new", "duplicate", "error", "skipped"):
+            rows[cells[0]] = cells[-1]
+    return rows
+
+
+def test_hostile_folder_lands_the_good_files_and_reports_each_bad_one(tmp_path, bundle_path):
+    import socket
+    import zipfile
+
+    node = tmp_path / "evidence" / "node01"
+    node.mkdir(parents=True)
+    (node / "kern.log").write_text(SYSLOG_LINE)
+    (node / "junk.bin").write_bytes(os.urandom(65536))
+    (node / "nuls.txt").write_bytes(b"\0" * 65536)
+    (node / "one-line.log").write_bytes(b"x" * (50 << 20))
+    (node / "bad-utf8.log").write_bytes(b"NVRM: Xid \xff\xfe\xc3(PCI:0000:19:00): 79\n" * 50)
+    (node / "empty.log").write_bytes(b"")
+    (node / "fake.gz").write_bytes(b"not gzip at all\n")
+    os.mkfifo(node / "fifo")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(node / "sock"))
+    (node / "zero").symlink_to("/dev/zero")
+    (node / "passwd").symlink_to("/etc/passwd")
+    (node / "loop").mkdir()
+    (node / "loop" / "self").symlink_to("../loop")
+    (node / "a").symlink_to(node / "b")
+    (node / "b").symlink_to(node / "a")
+    (node / "inside-link.log").symlink_to(node / "kern.log")
+    whole = tmp_path / "whole.tar.gz"
+    _tar_gz(whole, {f"node05/f{i}.log": f"2026-06-03T14:00:0{i}+00:00 node05 kernel: line {i}\n".encode() * 4000
+                    for i in range(6)})
+    (node / "truncated.tar.gz").write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    with zipfile.ZipFile(node / "absolute.zip", "w") as zf:
+        zf.writestr("/etc/evil.txt", "evil")
+        zf.writestr("ok.txt", "kept")
+    (node / "not-a.zip").write_bytes(b"PK\x03\x04 but nothing else")
+    try:
+        code, out, err = _ingest_in_child(bundle_path, "evidence", cwd=tmp_path)  # short names in the table
+    finally:
+        sock.close()
+    assert code == 0, err
+    assert "Traceback" not in err + out
+    status = _status(out)
+    base = "evidence/node01"
+    for name in ("fifo", "sock", "zero", "passwd", "loop/self", "a", "b"):
+        assert status[f"{base}/{name}"] == "skipped", (name, out)
+    assert status[f"{base}/absolute.zip!/etc/evil.txt"] == "error"
+    assert status[f"{base}/truncated.tar.gz"] == "error" and "truncated or damaged archive" in out
+    assert status[f"{base}/not-a.zip"] == "error" and "not a readable zip archive" in out
+    assert "outside the folder" in out and "named pipe" in out and "socket" in out
+    with Bundle.open(bundle_path) as bundle:
+        sources = {a["source"].removeprefix(base + "/") for a in bundle.artifacts()}
+        assert bundle.verify() == []
+    assert {"junk.bin", "nuls.txt", "one-line.log", "bad-utf8.log", "empty.log", "fake.gz",
+            "absolute.zip!ok.txt"} <= sources
+    # a link that stays inside the folder is followed (its target is then the same bytes again)
+    assert status[f"{base}/inside-link.log"] == "new" and status[f"{base}/kern.log"] == "duplicate"
+    assert any(s.startswith("truncated.tar.gz!node05/") for s in sources)  # what came before the damage
+    assert not any("passwd" in s or "evil" in s for s in sources)
+
+
+@pytest.mark.parametrize("make", ["fifo", "dev-zero", "socket"])
+def test_a_special_file_named_directly_is_refused_not_read(make, tmp_path, bundle_path):
+    import socket
+
+    target = tmp_path / "thing"
+    sock = None
+    if make == "fifo":
+        os.mkfifo(target)
+    elif make == "dev-zero":
+        target.symlink_to("/dev/zero")
+    else:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(target))
+    try:
+        code, out, err = _ingest_in_child(bundle_path, target)
+    finally:
+        if sock:
+            sock.close()
+    assert code == 2 and "not a regular file" in out
+    assert err == "gpuwb: error: nothing was ingested (see the reasons above)\n"
+
+
+def test_unreadable_file_is_reported_and_the_rest_lands(tmp_path, bundle_path, monkeypatch):
+    import builtins
+
+    import workbench.ingest
+
+    folder = tmp_path / "node01"
+    folder.mkdir()
+    (folder / "kern.log").write_text(SYSLOG_LINE)
+    (folder / "secret.log").write_text("root only\n")
+
+    def guarded_open(file, *args, **kwargs):
+        if str(file).endswith("secret.log"):  # chmod 000 means nothing to root, so deny it here
+            raise PermissionError(13, "Permission denied", str(file))
+        return builtins.open(file, *args, **kwargs)
+
+    monkeypatch.setattr(workbench.ingest, "open", guarded_open, raising=False)
+    monkeypatch.chdir(tmp_path)  # short names in the summary table
+    code, out, err = run_cli("ingest", bundle_path, "node01")
+    assert code == 0, err
+    assert _status(out)["node01/secret.log"] == "error" and "Permission denied" in out
+    with Bundle.open(bundle_path) as bundle:
+        assert [a["source"] for a in bundle.artifacts()] == ["node01/kern.log"]
+        assert bundle.verify() == []
+
+
+def test_corrupt_zip_member_is_reported_and_its_neighbours_land(tmp_path, bundle_path, monkeypatch):
+    import zipfile
+
+    archive = tmp_path / "logs.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("node09/kern.log", SYSLOG_LINE * 2000)
+        zf.writestr("node09/uptime.txt", "2026-06-03 10:00:00\n")
+    data = bytearray(archive.read_bytes())
+    start = data.index(b"node09/kern.log") + 200
+    data[start:start + 64] = bytes(64)  # a damaged stretch inside the first member's compressed data
+    archive.write_bytes(bytes(data))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("ingest", bundle_path, "logs.zip")
+    assert code == 0, err
+    status = _status(out)
+    assert status["logs.zip!node09/kern.log"] == "error" and "damaged or unsupported archive member" in out
+    assert status["logs.zip!node09/uptime.txt"] == "new"
+
+
+def test_interrupted_ingest_keeps_committed_files_and_still_verifies(tmp_path, bundle_path, monkeypatch):
+    """Ctrl-C in the middle: the group in flight is rolled back, earlier groups stay and are sealed
+    (incomplete); running the same ingest again adds the rest and seals complete."""
+    import workbench.ingest
+    from workbench.ingest import ingest_paths
+
+    folder = tmp_path / "node01"
+    folder.mkdir()
+    for i in range(4):
+        (folder / f"f{i}.log").write_text(SYSLOG_LINE.replace("pid=1", f"pid={i}"))
+    monkeypatch.setattr(workbench.ingest, "BATCH_BYTES", 1)  # commit after every file
+    original = Bundle.add_artifact
+
+    def interrupted(self, stream, **kwargs):
+        result = original(self, stream, **kwargs)
+        if kwargs["source"].endswith("f2.log"):
+            raise KeyboardInterrupt
+        return result
+
+    with Bundle.create(bundle_path) as bundle:
+        monkeypatch.setattr(Bundle, "add_artifact", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            ingest_paths(bundle, [str(folder)])
+        monkeypatch.setattr(Bundle, "add_artifact", original)
+    with Bundle.open(bundle_path) as bundle:
+        assert sorted(Path(a["source"]).name for a in bundle.artifacts()) == ["f0.log", "f1.log"]
+        assert bundle.verify() == [] and bundle.last_seal()["complete"] is False
+        sources = {r[0] for r in bundle.con.execute("SELECT DISTINCT artifact FROM event").fetchall()}
+        assert sources == {a["sha256"] for a in bundle.artifacts()}  # no rows of the rolled-back file
+    code, out, err = run_cli("ingest", bundle_path, folder)
+    assert code == 0 and "2 new, 2 duplicate" in out, err
+    code, out, _ = run_cli("verify", bundle_path)
+    assert code == 0 and "interrupted" not in out
+
+
+def test_mistyped_ingest_leaves_no_empty_bundle_behind(tmp_path, bundle_path):
+    (tmp_path / "f.log").write_text(SYSLOG_LINE)
+    code, _, err = run_cli("ingest", bundle_path, tmp_path / "f.lgo")
+    assert_usage_error(code, err, "no such file or folder")
+    code, _, err = run_cli("ingest", bundle_path, tmp_path / "f.log", "--kind", "dmseg")
+    assert_usage_error(code, err, "unknown kind 'dmseg'")
+    assert not bundle_path.exists()

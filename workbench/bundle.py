@@ -223,6 +223,13 @@ class Bundle:
             self.con.execute("COMMIT")
             self._in_batch = False
 
+    def rollback_batch(self) -> None:
+        """Undo the open group (an interrupted ingest): its artifacts and rows go, earlier groups stay."""
+        if self._in_batch:
+            self.con.execute("ROLLBACK")
+            self._in_batch = False
+            self._next_event_id = None
+
     def add_alias(self, sha256: str, *, kind: str, source: str, collector: str | None = None,
                   host: str | None = None, captured_at: datetime | None = None,
                   info: dict[str, Any] | None = None) -> bool:
@@ -437,6 +444,11 @@ class RowWriter:
     def add_all(self, rows: Iterable[Row]) -> None:
         for row in rows:
             self.add(row)
+
+    def discard(self) -> None:
+        """Forget the rows not written yet (their group is being rolled back)."""
+        self.pending = {}
+        self._buffered = 0
 
     def flush(self) -> None:
         for row_type, rows in self.pending.items():

@@ -3,7 +3,9 @@
 Each file's kind is sniffed from its content through the collector registry (``--kind``
 forces one). Files nobody recognises are still stored, as kind ``unknown``: nothing handed
 over is lost. Parsing is isolated per file: a parser that fails leaves the raw artifact and a
-counted skip, never a traceback.
+counted skip, never a traceback. What cannot be taken (a pipe or device that would never end, a
+link out of the folder handed over, a damaged archive member) is reported per entry while the
+rest lands; an interrupted run keeps and seals what it had committed.
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import lzma
 import os
 import shutil
+import stat
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -72,6 +77,20 @@ class Item:
     open: Callable[[], BinaryIO]
     mtime: datetime | None
     cleanup: Callable[[], None] | None = None
+
+
+@dataclass
+class Refusal:
+    """An entry found while expanding the inputs that is reported instead of ingested."""
+
+    name: str
+    status: str
+    """``skipped`` (deliberately not read: a pipe, a link out of the folder) or ``error`` (unreadable)"""
+    reason: str
+
+
+ARCHIVE_DAMAGE = (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError, zlib.error, lzma.LZMAError)
+"""What a truncated or corrupt archive raises while it is read."""
 
 
 class Session:
@@ -158,6 +177,12 @@ class Session:
         self.bundle.commit_batch()
         self._batched = 0
 
+    def abandon(self) -> None:
+        """Drop what is not committed yet (an interrupted run): the buffered rows and the open group."""
+        self.writer.discard()
+        self.bundle.rollback_batch()
+        self._batched = 0
+
     def _maybe_commit(self, size: int) -> None:
         self._batched += size + BATCH_FILE_COST
         if self._batched >= BATCH_BYTES:
@@ -182,48 +207,70 @@ def ingest_paths(bundle: Bundle, paths: list[str], *, kind: str | None = None, h
                  boot_time: datetime | None = None,
                  progress: Callable[[FileResult], None] | None = None) -> list[FileResult]:
     """Ingest files, folders (recursively) and archives into ``bundle``; returns one result per file."""
+    forced = check_inputs(paths, kind)
+    session = Session(bundle, boot_time=boot_time)
+    planned: list[tuple[int, int, Item, str, ModuleType | None, str | None]] = []
+    results: list[FileResult] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="gpuwb-ingest-") as tmp:
+            for path in paths:
+                for item in list(expand(path, Path(tmp))):
+                    if isinstance(item, Refusal):
+                        results.append(FileResult(path=item.name, kind="-", host=host, status=item.status,
+                                                  error=item.reason))
+                        continue
+                    item_host = host or host_from_parts(item.rel_parts)
+                    try:
+                        item_kind, module = _classify(item, kind, forced)
+                    except OSError as exc:
+                        results.append(FileResult(path=item.name, kind="-", host=item_host, status="error",
+                                                  error=f"cannot read: {exc.strerror or exc}"))
+                        continue
+                    prio = getattr(module, "PRIORITY", 50) if module else 99
+                    planned.append((prio, len(planned), item, item_kind, module, item_host))
+            planned.sort(key=lambda p: (p[0], p[1]))
+            for _, _, item, item_kind, module, item_host in planned:
+                try:
+                    result = session.store_and_parse(item.open, name=item.name, kind=item_kind, module=module,
+                                                     host=item_host, source=item.name, mtime=item.mtime,
+                                                     info={"mtime": item.mtime})
+                except OSError as exc:
+                    result = FileResult(path=item.name, kind=item_kind, host=item_host, status="error",
+                                        error=f"cannot read: {exc.strerror or exc}")
+                if item.cleanup:
+                    item.cleanup()
+                results.append(result)
+                if progress:
+                    progress(result)
+        session.finish()
+    except KeyboardInterrupt:
+        # Ctrl-C: the group in flight is rolled back whole; the groups committed before it stay and
+        # are sealed (marked incomplete), so the bundle still verifies and a rerun adds the rest.
+        session.abandon()
+        bundle.seal(complete=False)
+        raise
+    if any(r.status in STORED for r in results) or bundle.last_seal() is None:
+        run_derivations(bundle)
+        bundle.seal()
+    return results
+
+
+def check_inputs(paths: list[str], kind: str | None) -> ModuleType | None:
+    """Refuse a request that cannot work (a path that does not exist, an unknown ``--kind``) before
+    anything is written; returns the collector a forced kind belongs to."""
     forced = None
     if kind is not None:
         forced = registry.collector_for_kind(kind)
         if forced is None and kind != "unknown":
             raise IngestError(f"unknown kind {kind!r}; known kinds: {', '.join(registry.known_kinds())}")
     for path in paths:
-        if not os.path.exists(path):
+        if not os.path.lexists(path):
             raise IngestError(f"no such file or folder: {path}")
-    session = Session(bundle, boot_time=boot_time)
-    planned: list[tuple[int, int, Item, str, ModuleType | None, str | None]] = []
-    results: list[FileResult] = []
-    with tempfile.TemporaryDirectory(prefix="gpuwb-ingest-") as tmp:
-        for path in paths:
-            try:
-                items = list(expand(path, Path(tmp)))
-            except IngestError as exc:
-                results.append(FileResult(path=path, kind="-", host=host, status="error", error=str(exc)))
-                continue
-            for item in items:
-                item_kind, module = _classify(item, kind, forced)
-                item_host = host or host_from_parts(item.rel_parts)
-                prio = getattr(module, "PRIORITY", 50) if module else 99
-                planned.append((prio, len(planned), item, item_kind, module, item_host))
-        planned.sort(key=lambda p: (p[0], p[1]))
-        for _, _, item, item_kind, module, item_host in planned:
-            try:
-                result = session.store_and_parse(item.open, name=item.name, kind=item_kind, module=module,
-                                                 host=item_host, source=item.name, mtime=item.mtime,
-                                                 info={"mtime": item.mtime})
-            except OSError as exc:
-                result = FileResult(path=item.name, kind=item_kind, host=item_host, status="error",
-                                    error=f"cannot read: {exc.strerror or exc}")
-            if item.cleanup:
-                item.cleanup()
-            results.append(result)
-            if progress:
-                progress(result)
-    session.finish()
-    if any(r.status != "duplicate" and r.status != "error" for r in results) or bundle.last_seal() is None:
-        run_derivations(bundle)
-        bundle.seal()
-    return results
+    return forced
+
+
+STORED = ("new", "same bytes as another host's")
+"""Statuses of a file that added something to the bundle."""
 
 
 def _classify(item: Item, kind: str | None, forced: ModuleType | None) -> tuple[str, ModuleType | None]:
@@ -255,25 +302,77 @@ def _mtime(path: Path) -> datetime:
     return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
 
 
-def expand(path: str, tmp: Path) -> Iterator[Item]:
-    """Every file under ``path``, archives unpacked into ``tmp`` with traversal and bomb checks."""
+def expand(path: str, tmp: Path) -> Iterator[Item | Refusal]:
+    """Every regular file under ``path``, archives unpacked into ``tmp`` with traversal and bomb checks.
+
+    Inside a folder, links are followed only to files inside that folder, and pipes, sockets and
+    devices are never opened (reading one would block or never end); each such entry comes back as a
+    :class:`Refusal`, as does an archive that cannot be read, so the rest still lands."""
     root = Path(path)
-    if root.is_dir():
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames.sort()
-            for fname in sorted(filenames):
-                full = Path(dirpath) / fname
-                if full.is_symlink() or not full.is_file():
-                    continue
-                rel = full.relative_to(root).parts
-                yield from _file_items(full, rel, tmp)
-    else:
-        yield from _file_items(root, (root.name,), tmp)
+    if not root.is_dir():
+        refused = _refusal(root, None)
+        if refused:
+            yield refused
+        else:
+            yield from _items_or_refusal(root, (root.name,), tmp)
+        return
+    inside = root.resolve()
+    failed: list[OSError] = []
+    for dirpath, dirnames, filenames in os.walk(root, onerror=failed.append):
+        dirnames.sort()
+        for dname in dirnames:
+            if (Path(dirpath) / dname).is_symlink():
+                yield Refusal(str(Path(dirpath) / dname), "skipped", "link to a folder: not followed")
+        for fname in sorted(filenames):
+            full = Path(dirpath) / fname
+            refused = _refusal(full, inside)
+            if refused:
+                yield refused
+            else:
+                yield from _items_or_refusal(full, full.relative_to(root).parts, tmp)
+        while failed:
+            exc = failed.pop()
+            yield Refusal(str(exc.filename), "error", f"cannot read folder: {exc.strerror or exc}")
 
 
-def _file_items(full: Path, rel: tuple[str, ...], tmp: Path) -> Iterator[Item]:
+_FILE_TYPES = ((stat.S_ISFIFO, "named pipe"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+               (stat.S_ISBLK, "block device"), (stat.S_ISDIR, "folder"))
+
+
+def _refusal(path: Path, inside: Path | None) -> Refusal | None:
+    """Why ``path`` is not read (None when it is a regular file). With ``inside``, a link must lead
+    to a file within that folder: evidence handed over as a folder never pulls in /etc/shadow."""
+    if inside is not None and path.is_symlink():
+        try:
+            target = path.resolve(strict=True)
+        except (OSError, RuntimeError):  # RuntimeError: a link loop on Python < 3.13
+            return Refusal(str(path), "skipped", "broken or looping link: not followed")
+        if not target.is_relative_to(inside):
+            return Refusal(str(path), "skipped", f"link to {target}, outside the folder: not followed")
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        return Refusal(str(path), "error", f"cannot read: {exc.strerror or exc}")
+    if stat.S_ISREG(mode):
+        return None
+    what = next((name for test, name in _FILE_TYPES if test(mode)), "special file")
+    return Refusal(str(path), "skipped", f"not a regular file ({what}): not read")
+
+
+def _items_or_refusal(full: Path, rel: tuple[str, ...], tmp: Path) -> Iterator[Item | Refusal]:
+    """A file's items, or one refusal when it is an archive that cannot be read at all (so one bad
+    archive in a folder does not stop the rest of the folder)."""
+    try:
+        items = list(_file_items(full, rel, tmp))
+    except IngestError as exc:
+        yield Refusal(str(full), "error", str(exc))
+        return
+    yield from items
+
+
+def _file_items(full: Path, rel: tuple[str, ...], tmp: Path) -> Iterator[Item | Refusal]:
     name = full.name.lower()
-    if name.endswith((".tar.gz", ".tgz", ".tar")):
+    if name.endswith((".tar.gz", ".tgz", ".tar", ".tar.xz", ".txz", ".tar.bz2", ".tbz2")):
         yield from _tar_items(full, rel[:-1], tmp)
     elif name.endswith(".zip"):
         yield from _zip_items(full, rel[:-1], tmp)
@@ -322,11 +421,17 @@ def _check_bomb(total: int, compressed: int, label: str) -> None:
                           f"from {compressed} bytes (decompression bomb?)")
 
 
-def _safe_member(name: str, label: str) -> tuple[str, ...]:
+def _safe_member(name: str) -> tuple[str, ...] | None:
+    """A member's path parts, or None when the name would climb out (absolute, ``..``, a drive)."""
     pure = PurePosixPath(name)
-    if pure.is_absolute() or ".." in pure.parts or name.startswith(("/", "\\")) or ":" in pure.parts[0]:
-        raise IngestError(f"{label}: refusing archive member with unsafe path {name!r}")
-    return tuple(p for p in pure.parts if p not in ("", "."))
+    parts = tuple(p for p in pure.parts if p not in ("", "."))
+    if (not parts or pure.is_absolute() or ".." in pure.parts or name.startswith(("/", "\\"))
+            or ":" in parts[0]):
+        return None
+    return parts
+
+
+UNSAFE = "refusing archive member with unsafe path"
 
 
 def _strip_common_top(members: list[tuple[str, ...]]) -> int:
@@ -338,7 +443,9 @@ def _strip_common_top(members: list[tuple[str, ...]]) -> int:
     return 0
 
 
-def _tar_items(full: Path, prefix: tuple[str, ...], tmp: Path) -> Iterator[Item]:
+def _tar_items(full: Path, prefix: tuple[str, ...], tmp: Path) -> Iterator[Item | Refusal]:
+    """Members are staged before any is yielded, so a bomb refuses the archive whole; a truncated
+    archive keeps the members read before the damage and says where it stopped."""
     label = str(full)
     try:
         tar = tarfile.open(full, "r:*")
@@ -346,59 +453,97 @@ def _tar_items(full: Path, prefix: tuple[str, ...], tmp: Path) -> Iterator[Item]
         raise IngestError(f"{label}: not a readable tar archive ({exc})") from None
     compressed = full.stat().st_size
     total = 0
-    staged: list[tuple[tuple[str, ...], Path, datetime]] = []
+    staged: list[tuple[tuple[str, ...], Path, datetime | None]] = []
+    refused: list[Refusal] = []
+    links = 0
     with tar:
+        current: Path | None = None
         try:
             for member in tar:
                 if not member.isfile():
-                    if member.issym() or member.islnk() or member.isdev():
-                        continue
+                    links += not member.isdir()
                     continue
-                parts = _safe_member(member.name, label)
+                parts = _safe_member(member.name)
+                if parts is None:
+                    refused.append(Refusal(f"{label}!{member.name}", "error", f"{UNSAFE} {member.name!r}"))
+                    continue
                 total += member.size
                 _check_bomb(total, compressed, label)
                 src = tar.extractfile(member)
                 if src is None:
                     continue
                 fd, name = tempfile.mkstemp(dir=tmp)
+                current = Path(name)
                 with os.fdopen(fd, "wb") as dst, src:
                     shutil.copyfileobj(src, dst, 1 << 20)
-                staged.append((parts, Path(name), datetime.fromtimestamp(member.mtime, tz=timezone.utc)))
-        except tarfile.TarError as exc:
-            raise IngestError(f"{label}: broken tar archive ({exc})") from None
+                staged.append((parts, current, _member_time(member.mtime)))
+                current = None
+        except ARCHIVE_DAMAGE as exc:
+            if current is not None:
+                current.unlink(missing_ok=True)
+            refused.append(Refusal(label, "error", f"truncated or damaged archive: kept the {len(staged)} "
+                                   f"file(s) before the damage ({exc})"))
+    if links:
+        refused.append(Refusal(label, "skipped", f"{links} link(s) or special file(s) in the archive: not followed"))
     yield from _staged_items(staged, prefix, label, tmp)
+    yield from refused
 
 
-def _zip_items(full: Path, prefix: tuple[str, ...], tmp: Path) -> Iterator[Item]:
+def _zip_items(full: Path, prefix: tuple[str, ...], tmp: Path) -> Iterator[Item | Refusal]:
     label = str(full)
     try:
         zf = zipfile.ZipFile(full)
     except (zipfile.BadZipFile, OSError) as exc:
         raise IngestError(f"{label}: not a readable zip archive ({exc})") from None
     compressed = full.stat().st_size
-    staged: list[tuple[tuple[str, ...], Path, datetime]] = []
+    staged: list[tuple[tuple[str, ...], Path, datetime | None]] = []
     with zf:
         declared = sum(i.file_size for i in zf.infolist())
         _check_bomb(declared, compressed, label)
         total = 0
+        refused: list[Refusal] = []
         for info in zf.infolist():
             if info.is_dir():
                 continue
-            parts = _safe_member(info.filename, label)
+            member = f"{label}!{info.filename}"
+            parts = _safe_member(info.filename)
+            if parts is None:
+                refused.append(Refusal(member, "error", f"{UNSAFE} {info.filename!r}"))
+                continue
             fd, name = tempfile.mkstemp(dir=tmp)
-            with os.fdopen(fd, "wb") as dst, zf.open(info) as src:
-                while True:
-                    block = src.read(1 << 20)
-                    if not block:
-                        break
-                    total += len(block)
-                    _check_bomb(total, compressed, label)
-                    dst.write(block)
-            staged.append((parts, Path(name), datetime(*info.date_time, tzinfo=timezone.utc)))
+            try:
+                with os.fdopen(fd, "wb") as dst, zf.open(info) as src:
+                    while True:
+                        block = src.read(1 << 20)
+                        if not block:
+                            break
+                        total += len(block)
+                        _check_bomb(total, compressed, label)
+                        dst.write(block)
+            except (*ARCHIVE_DAMAGE, NotImplementedError, RuntimeError) as exc:  # RuntimeError: encrypted
+                Path(name).unlink(missing_ok=True)
+                refused.append(Refusal(member, "error", f"damaged or unsupported archive member ({exc})"))
+                continue
+            except IngestError:
+                Path(name).unlink(missing_ok=True)
+                raise
+            staged.append((parts, Path(name), _member_time(info.date_time)))
     yield from _staged_items(staged, prefix, label, tmp)
+    yield from refused
 
 
-def _staged_items(staged: list[tuple[tuple[str, ...], Path, datetime]], prefix: tuple[str, ...],
+def _member_time(stamp: float | tuple[int, ...]) -> datetime | None:
+    """An archive member's time (tar: epoch seconds, zip: a date tuple); None when the archive holds an
+    impossible one (month 0, a year past 9999)."""
+    try:
+        if isinstance(stamp, tuple):
+            return datetime(*stamp, tzinfo=timezone.utc)
+        return datetime.fromtimestamp(stamp, tz=timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def _staged_items(staged: list[tuple[tuple[str, ...], Path, datetime | None]], prefix: tuple[str, ...],
                   label: str, tmp: Path) -> Iterator[Item]:
     cut = _strip_common_top([s[0] for s in staged])
     for parts, path, mtime in staged:

@@ -6,9 +6,10 @@ artifacts of kind 'unknown'. The bundle is created if it does not exist."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from workbench.bundle import Bundle
-from workbench.ingest import ingest_paths
+from workbench.ingest import STORED, check_inputs, ingest_paths
 from workbench.table import format_table
 from workbench.timespec import parse_instant
 
@@ -28,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     boot = parse_instant(args.boot_time) if args.boot_time else None
+    check_inputs(args.paths, args.kind)  # before open_or_create: a mistyped path leaves no empty bundle
     with Bundle.open_or_create(args.bundle, title=args.title) as bundle:
         results = ingest_paths(bundle, args.paths, kind=args.kind, host=args.host, boot_time=boot)
     if not args.quiet:
@@ -36,9 +38,14 @@ def run(args: argparse.Namespace) -> int:
                              r.status) for r in results], max_width=70))
     for r in results:
         if r.error:
-            print(f"{r.path}: {r.error}")
-    new = [r for r in results if r.status not in ("duplicate", "error")]
+            print(r.error if r.error.startswith(r.path) else f"{r.path}: {r.error}")
+    new = [r for r in results if r.status in STORED]
+    skipped = sum(r.status == "skipped" for r in results)
     print(f"{len(results)} files: {len(new)} new, {sum(r.status == 'duplicate' for r in results)} duplicate, "
-          f"{sum(r.status == 'error' for r in results)} unreadable; {sum(r.events for r in new)} events, "
-          f"{sum(r.skipped for r in new)} skipped lines")
-    return 2 if results and all(r.status == "error" for r in results) else 0
+          f"{sum(r.status == 'error' for r in results)} unreadable"
+          + (f", {skipped} not read (pipes, devices, links out of the folder)" if skipped else "")
+          + f"; {sum(r.events for r in new)} events, {sum(r.skipped for r in new)} skipped lines")
+    if results and not any(r.status in STORED or r.status == "duplicate" for r in results):
+        print("gpuwb: error: nothing was ingested (see the reasons above)", file=sys.stderr)
+        return 2
+    return 0

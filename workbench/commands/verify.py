@@ -24,6 +24,6 @@ def run(args: argparse.Namespace) -> int:
             print(line)
         print(f"ALTERED: {len(problems)} problem(s) in {args.bundle}")
         return 1
-    note = "" if seal and seal["complete"] else " (capture was interrupted: bundle marked incomplete)"
+    note = "" if seal and seal["complete"] else " (capture or ingest was interrupted: bundle marked incomplete)"
     print(f"OK: {count} artifacts intact, root digest {seal['root_digest']}{note}")
     return 0
