@@ -327,3 +327,164 @@ def test_mistyped_ingest_leaves_no_empty_bundle_behind(tmp_path, bundle_path):
     code, _, err = run_cli("ingest", bundle_path, tmp_path / "f.log", "--kind", "dmseg")
     assert_usage_error(code, err, "unknown kind 'dmseg'")
     assert not bundle_path.exists()
+
+
+# -- outputs ----------------------------------------------------------------------------------------
+
+def test_report_never_overwrites_a_bundle(good, tmp_path):
+    other = tmp_path / "other.duckdb"
+    other.write_bytes(good.read_bytes())
+    for target in (good, other):
+        before = target.read_bytes()
+        code, _, err = run_cli("report", good, "-o", target)
+        assert_usage_error(code, err, "DuckDB file", "refusing to overwrite")
+        assert target.read_bytes() == before
+    code, out, _ = run_cli("verify", good)
+    assert code == 0, out
+
+
+@pytest.mark.parametrize("where, needle", [("missing/r.md", "does not exist"), ("a-folder", "is a folder")])
+def test_report_output_path_problems_are_found_before_the_work(where, needle, good, tmp_path):
+    (tmp_path / "a-folder").mkdir()
+    code, _, err = run_cli("report", good, "-o", tmp_path / where)
+    assert_usage_error(code, err, needle)
+
+
+def test_report_replaces_an_older_report_whole(good, tmp_path):
+    target = tmp_path / "postmortem.md"
+    target.write_text("an older draft\n")
+    code, _, err = run_cli("report", good, "-o", target)
+    assert code == 0 and "replaced the old file" in err
+    assert target.read_text().startswith("# ") and "older draft" not in target.read_text()
+    assert [p.name for p in tmp_path.iterdir()] == ["postmortem.md"]  # no temporary file left behind
+
+
+def test_unwritable_report_path_is_one_line(good, monkeypatch, tmp_path):
+    from workbench.commands import report
+
+    def full_disk(self, *args, **kwargs):
+        raise OSError(28, "No space left on device", str(self))
+
+    monkeypatch.setattr(report.Path, "write_text", full_disk)
+    code, _, err = run_cli("report", good, "-o", tmp_path / "r.md")
+    assert_usage_error(code, err, str(tmp_path / "r.md"), "No space left on device")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_into_a_file_is_refused(good, tmp_path):
+    target = tmp_path / "export.parquet"
+    target.write_bytes(b"keep me")
+    code, _, err = run_cli("export", good, "--parquet", target)
+    assert_usage_error(code, err, "is a file")
+    assert target.read_bytes() == b"keep me"
+
+
+def test_export_into_an_uncreatable_folder_is_one_line(good, tmp_path):
+    (tmp_path / "file").write_text("x")
+    code, _, err = run_cli("export", good, "--parquet", tmp_path / "file" / "sub")
+    assert_usage_error(code, err, "Not a directory")
+
+
+def test_merge_with_the_same_bundle_twice_is_refused(good, tmp_path):
+    out = tmp_path / "merged.duckdb"
+    code, _, err = run_cli("merge", out, good, good.parent / "." / good.name)
+    assert_usage_error(code, err, "given twice")
+    assert not out.exists()
+
+
+def test_merge_into_an_existing_file_is_refused(good, tmp_path):
+    out = tmp_path / "exists.duckdb"
+    out.write_bytes(b"precious")
+    code, _, err = run_cli("merge", out, good)
+    assert_usage_error(code, err, "already exists")
+    assert out.read_bytes() == b"precious"
+
+
+def test_capture_into_a_missing_folder_fails_before_collecting(tmp_path):
+    code, out, err = run_cli("capture", "-o", tmp_path / "nope" / "b.duckdb", "--only", "host")
+    assert_usage_error(code, err, "does not exist")
+    assert out == ""
+
+
+def test_demo_into_a_file_is_refused(tmp_path):
+    target = tmp_path / "not-a-folder"
+    target.write_text("x")
+    code, _, err = run_cli("demo", "--out", target)
+    assert_usage_error(code, err, "is a file")
+
+
+# -- options --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, needle", [
+    (("timeline", "{b}", "--since", "yesterday"), "not an ISO 8601 time"),
+    (("timeline", "{b}", "--until", "2026-13-45"), "not an ISO 8601 time"),
+    (("timeline", "{b}", "--limit", "-1"), "--limit"),
+    (("timeline", "{b}", "--layer", "hw"), "invalid choice"),
+    (("analyze", "{b}", "--top", "0"), "--top"),
+    (("analyze", "{b}", "--workload", "batch"), "invalid choice"),
+    (("report", "{b}", "-f", "pdf"), "invalid choice"),
+    (("report", "{b}", "--generated-at", "now"), "not an ISO 8601 time"),
+    (("ingest", "{b}", "{b}", "--boot-time", "yesterday"), "not an ISO 8601 time"),
+    (("capture", "-o", "{tmp}/c.duckdb", "--since", "last tuesday"), "not a duration or time"),
+    (("capture", "-o", "{tmp}/c.duckdb", "--timeout-scale", "0"), "--timeout-scale"),
+    (("capture", "-o", "{tmp}/c.duckdb", "--only", "nosuch"), "unknown collector"),
+    (("capture", "-o", "{b}"), "already exists"),
+    (("frobnicate",), "invalid choice"),
+    (("timeline",), "required"),
+], ids=lambda v: " ".join(v) if isinstance(v, tuple) else v)
+def test_bad_options_are_one_line(args, needle, good, tmp_path):
+    code, _, err = run_cli(*(a.format(b=good, tmp=tmp_path) for a in args))
+    assert_usage_error(code, err, needle)
+    assert not (tmp_path / "c.duckdb").exists()
+
+
+def test_timeline_filter_on_a_kind_the_bundle_never_mentions_says_so(good):
+    code, out, err = run_cli("timeline", good, "--kind", "xdi")
+    assert code == 0 and out == ""
+    assert "no event has kind 'xdi'" in err and "gpu_fell_off_bus" in err and err.count("\n") == 1
+
+
+# -- empty and odd bundles ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def empty(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("empty") / "empty.duckdb"
+    with Bundle.create(path, title="nothing yet") as bundle:
+        bundle.seal()
+    return path
+
+
+@pytest.fixture(scope="module")
+def unknown_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("unknown")
+    (folder / "junk.bin").write_bytes(os.urandom(8192))
+    (folder / "notes.txt").write_text("called the vendor, waiting\n")
+    path = folder / "unknown.duckdb"
+    code, out, err = run_cli("ingest", path, folder / "junk.bin", folder / "notes.txt")
+    assert code == 0 and "0 events" in out, err or out
+    return path
+
+
+@pytest.mark.parametrize("which", ["empty", "unknown_only"])
+@pytest.mark.parametrize("command", [("report",), ("report", "-f", "html"), ("report", "-f", "json"), ("analyze",),
+                                     ("analyze", "--json"), ("timeline",), ("verify",)], ids=" ".join)
+def test_bundles_without_events_are_reported_plainly(command, which, request):
+    bundle = request.getfixturevalue(which)
+    code, out, err = run_cli(command[0], bundle, *command[1:])
+    assert code == 0, err
+    assert "Traceback" not in err
+    if command[0] == "analyze" and "--json" in command:
+        import json
+
+        result = json.loads(out)
+        assert result["hypotheses"] == [] and result["first_anomaly"] is None
+    if command == ("report",):
+        assert "no root cause" in out.lower()
+
+
+def test_merge_of_event_free_bundles_verifies(empty, unknown_only, tmp_path):
+    out = tmp_path / "merged.duckdb"
+    code, text, err = run_cli("merge", out, empty, unknown_only)
+    assert code == 0, err
+    code, text, _ = run_cli("verify", out)
+    assert code == 0 and text.startswith("OK: 2 artifacts intact")

@@ -42,6 +42,11 @@ def merge_bundles(out: str | os.PathLike[str], inputs: list[str | os.PathLike[st
     paths = [Path(p) for p in inputs]
     if not paths:
         raise BundleError("nothing to merge: give at least one bundle")
+    seen: set[Path] = set()
+    for path in paths:
+        if path.resolve() in seen:
+            raise BundleError(f"{path} is given twice; give each bundle once")
+        seen.add(path.resolve())
     described = []
     for path in paths:
         if path.resolve() == out_path.resolve():

@@ -10,6 +10,7 @@ import textwrap
 from typing import Any
 
 from workbench.bundle import Bundle
+from workbench.cli import positive_int
 
 NAME = "analyze"
 HELP = "playbook checks and ranked root-cause hypotheses"
@@ -21,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the analysis as one JSON object")
     parser.add_argument("--workload", choices=WORKLOAD_CHOICES, metavar="W",
                         help="use this playbook instead of the detected one (training, inference, mixed, unknown)")
-    parser.add_argument("--top", type=int, default=5, metavar="N", help="hypotheses to print (text output)")
+    parser.add_argument("--top", type=positive_int, default=5, metavar="N", help="hypotheses to print (text output)")
 
 
 def run(args: argparse.Namespace) -> int:

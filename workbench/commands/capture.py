@@ -6,12 +6,14 @@ says what was collected and what was not, and why."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 from collectors import registry
 from workbench.capture import CollectorOutcome, capture
+from workbench.cli import UsageError, positive_float
 from workbench.commands.summary import print_summary
 from workbench.table import format_table
 from workbench.timespec import parse_since
@@ -30,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--safe", action="store_true",
                         help="skip NVML and nvidia-smi entirely (for a node whose GPU fell off the bus)")
     parser.add_argument("--no-redact", action="store_true", help="keep secret values (default: redacted)")
-    parser.add_argument("--timeout-scale", type=float, default=1.0, metavar="X",
+    parser.add_argument("--timeout-scale", type=positive_float, default=1.0, metavar="X",
                         help="multiply every collector's timeout by X")
     for module in registry.all_collectors():
         hook = getattr(module, "add_capture_arguments", None)
@@ -43,6 +45,10 @@ def run(args: argparse.Namespace) -> int:
     output = Path(args.output or f"incident-{_hostname()}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.duckdb")
     if output.exists():
         raise ValueError(f"{output} already exists; choose another -o")
+    if not output.parent.is_dir():  # found out now, not after every collector has run
+        raise UsageError(f"-o {output}: folder {output.parent} does not exist")
+    if not os.access(output.parent, os.W_OK):
+        raise UsageError(f"-o {output}: folder {output.parent} is not writable")
     skip = list(args.skip)
     if args.safe:
         skip += [m.NAME for m in registry.all_collectors() if getattr(m, "TOUCHES_GPU", False)]

@@ -8,8 +8,10 @@ WHERE kind = 'xid' GROUP BY host``."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from workbench.bundle import Bundle
+from workbench.cli import UsageError
 from workbench.export import export_parquet, incident_key, read_back_counts
 from workbench.table import format_table
 
@@ -23,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    target = Path(args.parquet)
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"--parquet {target} is a file; the export writes a folder of Parquet files")
     with Bundle.open(args.bundle) as bundle:
         incident = incident_key(bundle)
         written = export_parquet(bundle, args.parquet)

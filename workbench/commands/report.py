@@ -5,10 +5,12 @@ HTML or JSON. The format follows -f, else the -o file's extension, else Markdown
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from workbench.bundle import Bundle
+from workbench.cli import UsageError
 from workbench.report import FORMATS, build, render
 from workbench.timespec import parse_instant
 
@@ -37,11 +39,48 @@ def output_format(fmt: str | None, output: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     fmt = output_format(args.format, args.output)
     at = parse_instant(args.generated_at) if args.generated_at else None
+    if args.output:
+        check_output(Path(args.output))  # before the minutes a big report can take
     with Bundle.open(args.bundle) as bundle:
         text = render(build(bundle, generated_at=at, verify=not args.no_verify), fmt)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-        print(f"wrote {args.output} ({fmt}, {len(text.encode())} bytes)", file=sys.stderr)
+        replaced = write_atomically(Path(args.output), text)
+        print(f"wrote {args.output} ({fmt}, {len(text.encode())} bytes{', replaced the old file' if replaced else ''})",
+              file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
+
+
+def check_output(output: Path) -> None:
+    """A report may replace an older report, never evidence: ``-o incident.duckdb`` (the bundle, or any
+    other DuckDB file) is refused, as are a folder and a folder that does not exist."""
+    if output.is_dir():
+        raise UsageError(f"-o {output} is a folder; give a file name")
+    if not output.parent.is_dir():
+        raise UsageError(f"-o {output}: folder {output.parent} does not exist")
+    if _is_duckdb(output):
+        raise UsageError(f"-o {output} is a DuckDB file (evidence); refusing to overwrite it with a report")
+
+
+def _is_duckdb(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(12)[8:12] == b"DUCK"
+    except OSError:
+        return False
+
+
+def write_atomically(path: Path, text: str) -> bool:
+    """Write next to ``path`` and rename over it, so an interrupted run never leaves half a report.
+    True when an existing file was replaced."""
+    existed = path.exists()
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:  # name the file the user asked for, not the temporary one
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return existed

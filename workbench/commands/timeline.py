@@ -6,7 +6,9 @@ import argparse
 import json
 import sys
 
+from collectors.base import LAYERS
 from workbench.bundle import Bundle
+from workbench.cli import non_negative_int
 from workbench.query import EventFilter, event_json, iter_events
 from workbench.timespec import parse_instant
 
@@ -19,13 +21,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object per event")
     parser.add_argument("--host", action="append", default=[], metavar="H")
     parser.add_argument("--source", action="append", default=[], metavar="S")
-    parser.add_argument("--layer", action="append", default=[], metavar="L")
+    parser.add_argument("--layer", action="append", default=[], metavar="L", choices=LAYERS,
+                        help=f"one of {', '.join(LAYERS)}")
     parser.add_argument("--kind", action="append", default=[], metavar="K")
     parser.add_argument("--severity", action="append", default=[], metavar="SEV")
     parser.add_argument("--grep", metavar="TEXT", help="only events whose message contains TEXT")
     parser.add_argument("--since", metavar="T", help="ISO time")
     parser.add_argument("--until", metavar="T", help="ISO time")
-    parser.add_argument("--limit", type=int, metavar="N")
+    parser.add_argument("--limit", type=non_negative_int, metavar="N")
 
 
 def filter_from(args: argparse.Namespace) -> EventFilter:
@@ -39,9 +42,11 @@ def run(args: argparse.Namespace) -> int:
     flt = filter_from(args)
     out = sys.stdout
     with Bundle.open(args.bundle) as bundle:
+        printed = 0
         for n, row in enumerate(iter_events(bundle, flt)):
             if args.limit is not None and n >= args.limit:
                 break
+            printed += 1
             if args.json:
                 out.write(json.dumps(event_json(row), default=str) + "\n")
             else:
@@ -54,4 +59,23 @@ def run(args: argparse.Namespace) -> int:
                     where += f" r{row['rank']}"
                 out.write(f"{ts:<24}{mark} {row['layer'] or '-':<15} {row['kind']:<18} {where:<28} "
                           f"{row['message']}\n")
+        if not printed and args.limit != 0:
+            _explain_empty(bundle, args)
     return 0
+
+
+def _explain_empty(bundle: Bundle, args: argparse.Namespace) -> None:
+    """Nothing matched: say which --kind/--source/--host value this bundle never mentions (a typo
+    such as ``--kind xdi`` looks exactly like a quiet incident otherwise)."""
+    for option, column, wanted in (("kind", "kind", args.kind), ("source", "source", args.source),
+                                   ("host", "host", args.host)):
+        if not wanted:
+            continue
+        present = [r[0] for r in bundle.con.execute(
+            f"SELECT DISTINCT {column} FROM event WHERE {column} IS NOT NULL ORDER BY 1").fetchall()]
+        absent = [v for v in wanted if v not in present]
+        if absent:
+            shown = ", ".join(present[:30]) + (", ..." if len(present) > 30 else "")
+            print(f"gpuwb: no event has {option} {', '.join(map(repr, absent))} in this bundle; "
+                  f"{option}s here: {shown or 'none'}", file=sys.stderr)
+            return

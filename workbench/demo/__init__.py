@@ -71,6 +71,8 @@ class DemoError(ValueError):
 
 def prepare(out: Path) -> None:
     """Create ``out`` or reuse a previous demo's folder; refuse anything else that is not empty."""
+    if out.exists() and not out.is_dir():
+        raise DemoError(f"--out {out} is a file; the demo writes a folder")
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
         raise DemoError(f"{out} exists and was not written by gpuwb demo; choose another --out")
     out.mkdir(parents=True, exist_ok=True)
