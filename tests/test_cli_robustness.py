@@ -488,3 +488,26 @@ def test_merge_of_event_free_bundles_verifies(empty, unknown_only, tmp_path):
     assert code == 0, err
     code, text, _ = run_cli("verify", out)
     assert code == 0 and text.startswith("OK: 2 artifacts intact")
+
+
+def test_a_bundle_never_ingests_itself(tmp_path, monkeypatch):
+    (tmp_path / "node01").mkdir()
+    (tmp_path / "node01" / "kern.log").write_text(SYSLOG_LINE)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("ingest", "b.duckdb", ".")  # the bundle lives inside the folder handed over
+    assert code == 0, err
+    assert _status(out)["b.duckdb"] == "skipped" and "the bundle being written" in out
+    code, out, err = run_cli("ingest", "b.duckdb", "b.duckdb")
+    assert code == 2 and err == "gpuwb: error: nothing was ingested (see the reasons above)\n"
+    with Bundle.open("b.duckdb") as bundle:
+        assert [a["source"] for a in bundle.artifacts()] == ["node01/kern.log"]
+
+
+@pytest.mark.parametrize("command", ["timeline", "analyze", "report", "verify"])
+def test_ctrl_c_is_one_line_and_exit_130(command, good, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Bundle, "open", interrupted)
+    code, _, err = run_cli(command, good)
+    assert code == 130 and err == "gpuwb: interrupted\n"

@@ -214,7 +214,7 @@ def ingest_paths(bundle: Bundle, paths: list[str], *, kind: str | None = None, h
     try:
         with tempfile.TemporaryDirectory(prefix="gpuwb-ingest-") as tmp:
             for path in paths:
-                for item in list(expand(path, Path(tmp))):
+                for item in list(expand(path, Path(tmp), bundle_files(bundle))):
                     if isinstance(item, Refusal):
                         results.append(FileResult(path=item.name, kind="-", host=host, status=item.status,
                                                   error=item.reason))
@@ -302,7 +302,13 @@ def _mtime(path: Path) -> datetime:
     return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
 
 
-def expand(path: str, tmp: Path) -> Iterator[Item | Refusal]:
+def bundle_files(bundle: Bundle) -> frozenset[Path]:
+    """The bundle and its write-ahead log: never evidence of themselves (``gpuwb ingest b.duckdb .``)."""
+    path = bundle.path.resolve()
+    return frozenset({path, path.with_name(path.name + ".wal")})
+
+
+def expand(path: str, tmp: Path, exclude: frozenset[Path] = frozenset()) -> Iterator[Item | Refusal]:
     """Every regular file under ``path``, archives unpacked into ``tmp`` with traversal and bomb checks.
 
     Inside a folder, links are followed only to files inside that folder, and pipes, sockets and
@@ -310,7 +316,7 @@ def expand(path: str, tmp: Path) -> Iterator[Item | Refusal]:
     :class:`Refusal`, as does an archive that cannot be read, so the rest still lands."""
     root = Path(path)
     if not root.is_dir():
-        refused = _refusal(root, None)
+        refused = _refusal(root, None, exclude)
         if refused:
             yield refused
         else:
@@ -325,7 +331,7 @@ def expand(path: str, tmp: Path) -> Iterator[Item | Refusal]:
                 yield Refusal(str(Path(dirpath) / dname), "skipped", "link to a folder: not followed")
         for fname in sorted(filenames):
             full = Path(dirpath) / fname
-            refused = _refusal(full, inside)
+            refused = _refusal(full, inside, exclude)
             if refused:
                 yield refused
             else:
@@ -339,7 +345,7 @@ _FILE_TYPES = ((stat.S_ISFIFO, "named pipe"), (stat.S_ISSOCK, "socket"), (stat.S
                (stat.S_ISBLK, "block device"), (stat.S_ISDIR, "folder"))
 
 
-def _refusal(path: Path, inside: Path | None) -> Refusal | None:
+def _refusal(path: Path, inside: Path | None, exclude: frozenset[Path]) -> Refusal | None:
     """Why ``path`` is not read (None when it is a regular file). With ``inside``, a link must lead
     to a file within that folder: evidence handed over as a folder never pulls in /etc/shadow."""
     if inside is not None and path.is_symlink():
@@ -354,6 +360,8 @@ def _refusal(path: Path, inside: Path | None) -> Refusal | None:
     except OSError as exc:
         return Refusal(str(path), "error", f"cannot read: {exc.strerror or exc}")
     if stat.S_ISREG(mode):
+        if path.resolve() in exclude:
+            return Refusal(str(path), "skipped", "the bundle being written: not read")
         return None
     what = next((name for test, name in _FILE_TYPES if test(mode)), "special file")
     return Refusal(str(path), "skipped", f"not a regular file ({what}): not read")

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     skipped = sum(r.status == "skipped" for r in results)
     print(f"{len(results)} files: {len(new)} new, {sum(r.status == 'duplicate' for r in results)} duplicate, "
           f"{sum(r.status == 'error' for r in results)} unreadable"
-          + (f", {skipped} not read (pipes, devices, links out of the folder)" if skipped else "")
+          + (f", {skipped} not read" if skipped else "")
           + f"; {sum(r.events for r in new)} events, {sum(r.skipped for r in new)} skipped lines")
     if results and not any(r.status in STORED or r.status == "duplicate" for r in results):
         print("gpuwb: error: nothing was ingested (see the reasons above)", file=sys.stderr)
