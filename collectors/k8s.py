@@ -185,7 +185,8 @@ def _parse_document(kind: str, stream: BinaryIO, ctx: ParseContext) -> Iterator[
         if kind == "k8s_yaml":
             import yaml  # only YAML input needs it; JSON stays on the standard library
 
-            docs = list(yaml.safe_load_all(text))
+            # libyaml's safe loader where present: the pure-Python one takes 20 s on a 50 MB file
+            docs = list(yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
         else:
             docs = [json.loads(text)]
     except Exception as exc:  # yaml raises many error types; any of them means "not a document"
