@@ -261,3 +261,10 @@ def test_environment_redaction():
                       "LAUNCH": "torchrun --token s3cr3t train.py"})
     assert env == {"HF_TOKEN": MASK, "NCCL_IB_PKEY": "0x8001", "TOKENIZERS_PARALLELISM": "false",
                    "LAUNCH": f"torchrun --token {MASK} train.py"}
+
+
+def test_captured_bundle_is_readable_by_its_owner_only(tmp_path):
+    out = tmp_path / "capture.duckdb"
+    code, _, err = run_cli("capture", "-o", out, "--only", "host")
+    assert code == 0, err
+    assert out.stat().st_mode & 0o777 == 0o600

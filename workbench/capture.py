@@ -230,6 +230,9 @@ def capture(output: str | os.PathLike[str], *, since: datetime | None = None,
         with Bundle.create(partial, title=title or f"capture of {host}",
                            meta={"captured_on": host, "capture_started": started_at.isoformat(),
                                  "since": since.isoformat() if since else ""}) as bundle:
+            # owner-only: a capture run as root copies root-only evidence (dmesg under dmesg_restrict,
+            # other users' command lines), which must not become world-readable in the working folder
+            os.chmod(partial, 0o600)
             session = Session(bundle)
             for module in modules:
                 outcome = outcomes.setdefault(module.NAME, CollectorOutcome(module.NAME, "error", "not started"))
