@@ -511,3 +511,14 @@ def test_ctrl_c_is_one_line_and_exit_130(command, good, monkeypatch):
     monkeypatch.setattr(Bundle, "open", interrupted)
     code, _, err = run_cli(command, good)
     assert code == 130 and err == "gpuwb: interrupted\n"
+
+
+def test_full_disk_inside_duckdb_is_one_line(tmp_path, bundle_path, monkeypatch):
+    def no_space(self):
+        raise duckdb.TransactionException('Failed to commit: Could not write file "b.duckdb.wal": '
+                                          "No space left on device")
+
+    (tmp_path / "f.log").write_text(SYSLOG_LINE)
+    monkeypatch.setattr(Bundle, "commit_batch", no_space)
+    code, _, err = run_cli("ingest", bundle_path, tmp_path / "f.log")
+    assert_usage_error(code, err, "No space left on device")

@@ -12,6 +12,8 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
+import duckdb
+
 import workbench.commands
 from workbench import __version__
 from workbench.bundle import BundleError
@@ -99,6 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except OSError as exc:  # the file system said no (missing folder, permission, disk full): one line
         print(f"gpuwb: error: {_os_message(exc)}", file=sys.stderr)
+        return 2
+    except (duckdb.IOException, duckdb.OutOfMemoryException, duckdb.TransactionException) as exc:
+        # the same from inside DuckDB: a full disk shows up as a commit that could not write its log
+        print(f"gpuwb: error: the bundle could not be written or read: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gpuwb: interrupted", file=sys.stderr)
