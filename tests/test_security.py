@@ -268,3 +268,37 @@ def test_captured_bundle_is_readable_by_its_owner_only(tmp_path):
     code, _, err = run_cli("capture", "-o", out, "--only", "host")
     assert code == 0, err
     assert out.stat().st_mode & 0o777 == 0o600
+
+
+# -- terminal output ------------------------------------------------------------------------------
+
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b]52;c;ZXZpbA==\x07\x9b31m"
+
+
+@pytest.fixture(scope="module")
+def escapes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("esc")
+    name = folder / "kern\x1b[2J.log"
+    name.write_text(f"2026-06-03T14:00:00+00:00 node07 kernel: NVRM: Xid (PCI:0000:19:00): 79, pid=1, {ESCAPES} "
+                    "GPU has fallen off the bus.\n")
+    bundle = folder / "esc.duckdb"
+    code, out, err = run_cli("ingest", bundle, name)
+    assert code == 0, err
+    assert "\x1b" not in out  # the file name in the summary table
+    return bundle
+
+
+@pytest.mark.parametrize("command", [("timeline",), ("analyze",), ("report",), ("report", "-f", "html"),
+                                     ("verify",)], ids=" ".join)
+def test_escape_sequences_in_evidence_never_reach_the_terminal(command, escapes):
+    code, out, err = run_cli(command[0], escapes, *command[1:])
+    assert code == 0, err
+    assert not any(c in out + err for c in ("\x1b", "\x07", "\x9b"))
+    if command == ("timeline",):
+        assert "\\x1b]0;owned\\x07" in out  # shown, as text
+
+
+def test_escape_sequences_survive_in_json_as_escapes(escapes):
+    code, out, _ = run_cli("timeline", escapes, "--json", "--kind", "xid")
+    assert code == 0 and "\x1b" not in out
+    assert ESCAPES in json.loads(out.splitlines()[0])["message"]  # the evidence itself is unchanged

@@ -18,6 +18,7 @@ import workbench.commands
 from workbench import __version__
 from workbench.bundle import BundleError
 from workbench.ingest import IngestError
+from workbench.table import printable
 
 COMMAND_ORDER = ("capture", "ingest", "timeline", "analyze", "open", "report", "export", "verify", "merge",
                  "demo")
@@ -94,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit: a closed pipe must end up in the handler below
         return code
     except (BundleError, IngestError, UsageError, ValueError) as exc:
-        print(f"gpuwb: error: {exc}", file=sys.stderr)
+        print(f"gpuwb: error: {printable(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         _silence_stdout()

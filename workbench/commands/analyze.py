@@ -11,6 +11,7 @@ from typing import Any
 
 from workbench.bundle import Bundle
 from workbench.cli import positive_int
+from workbench.table import printable
 
 NAME = "analyze"
 HELP = "playbook checks and ranked root-cause hypotheses"
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(result, default=str) + "\n")
     else:
-        sys.stdout.write(render(result, top=args.top))
+        sys.stdout.write(printable(render(result, top=args.top)))
     return 0
 
 

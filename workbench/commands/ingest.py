@@ -10,7 +10,7 @@ import sys
 
 from workbench.bundle import Bundle
 from workbench.ingest import STORED, check_inputs, ingest_paths
-from workbench.table import format_table
+from workbench.table import format_table, printable
 from workbench.timespec import parse_instant
 
 NAME = "ingest"
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
                              r.status) for r in results], max_width=70))
     for r in results:
         if r.error:
-            print(r.error if r.error.startswith(r.path) else f"{r.path}: {r.error}")
+            print(printable(r.error if r.error.startswith(r.path) else f"{r.path}: {r.error}"))
     new = [r for r in results if r.status in STORED]
     skipped = sum(r.status == "skipped" for r in results)
     print(f"{len(results)} files: {len(new)} new, {sum(r.status == 'duplicate' for r in results)} duplicate, "

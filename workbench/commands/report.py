@@ -12,6 +12,7 @@ from pathlib import Path
 from workbench.bundle import Bundle
 from workbench.cli import UsageError
 from workbench.report import FORMATS, build, render
+from workbench.table import printable
 from workbench.timespec import parse_instant
 
 NAME = "report"
@@ -42,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         check_output(Path(args.output))  # before the minutes a big report can take
     with Bundle.open(args.bundle) as bundle:
-        text = render(build(bundle, generated_at=at, verify=not args.no_verify), fmt)
+        # printable: a log line's escape sequences must not drive the terminal of whoever cats the file
+        text = printable(render(build(bundle, generated_at=at, verify=not args.no_verify), fmt))
     if args.output:
         replaced = write_atomically(Path(args.output), text)
         print(f"wrote {args.output} ({fmt}, {len(text.encode())} bytes{', replaced the old file' if replaced else ''})",

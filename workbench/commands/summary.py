@@ -6,7 +6,7 @@ from pathlib import Path
 
 from workbench.bundle import Bundle
 from workbench.query import summary
-from workbench.table import format_table
+from workbench.table import format_table, printable
 
 
 def print_summary(path: Path | str) -> None:
@@ -15,10 +15,10 @@ def print_summary(path: Path | str) -> None:
     meta = info["meta"]
     count, size = info["artifacts"]
     start, end = info["window"]
-    print(f"Bundle {path}: {meta.get('title') or '(untitled)'} [incident {meta.get('incident_id')}]")
+    print(printable(f"Bundle {path}: {meta.get('title') or '(untitled)'} [incident {meta.get('incident_id')}]"))
     print(f"  {count} artifacts, {size / 1e6:.1f} MB raw; root digest {info['seal']['root_digest'][:16]}…"
           if info["seal"] else f"  {count} artifacts, not sealed")
-    print(f"  hosts: {', '.join(info['hosts']) or '-'}; events {start or '-'} .. {end or '-'}")
+    print(printable(f"  hosts: {', '.join(info['hosts']) or '-'}; events {start or '-'} .. {end or '-'}"))
     print("  rows: " + ", ".join(f"{t} {n}" for t, n in info["tables"].items()))
     if info["events_by_kind"]:
         print(format_table(["event kind", "count"], info["events_by_kind"][:20]))

@@ -10,6 +10,7 @@ from collectors.base import LAYERS
 from workbench.bundle import Bundle
 from workbench.cli import non_negative_int
 from workbench.query import EventFilter, event_json, iter_events
+from workbench.table import printable
 from workbench.timespec import parse_instant
 
 NAME = "timeline"
@@ -57,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
                     where += f" {row['gpu']}"
                 if row["rank"] is not None:
                     where += f" r{row['rank']}"
-                out.write(f"{ts:<24}{mark} {row['layer'] or '-':<15} {row['kind']:<18} {where:<28} "
-                          f"{row['message']}\n")
+                out.write(printable(f"{ts:<24}{mark} {row['layer'] or '-':<15} {row['kind']:<18} {where:<28} "
+                                    f"{row['message']}".replace("\n", " ")) + "\n")
         if not printed and args.limit != 0:
             _explain_empty(bundle, args)
     return 0

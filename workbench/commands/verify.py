@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from workbench.bundle import Bundle
+from workbench.table import printable
 
 NAME = "verify"
 HELP = "check that no evidence changed since the bundle was sealed"
@@ -21,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
         count = len(bundle.artifacts())
     if problems:
         for line in problems:
-            print(line)
+            print(printable(line))
         print(f"ALTERED: {len(problems)} problem(s) in {args.bundle}")
         return 1
     note = "" if seal and seal["complete"] else " (capture or ingest was interrupted: bundle marked incomplete)"
