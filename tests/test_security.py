@@ -302,3 +302,16 @@ def test_escape_sequences_survive_in_json_as_escapes(escapes):
     code, out, _ = run_cli("timeline", escapes, "--json", "--kind", "xid")
     assert code == 0 and "\x1b" not in out
     assert ESCAPES in json.loads(out.splitlines()[0])["message"]  # the evidence itself is unchanged
+
+
+def test_capture_provenance_is_scrubbed_too(tmp_path):
+    """Coverage reasons and artifact metadata are stored beside the bytes; a secret there is masked too."""
+    from collectors.base import Artifact
+    from workbench.capture import LiveContext
+
+    ctx = LiveContext(tmp_path, "node01", None, {}, True)
+    ctx.missing("http://scraper:s3cr3t@prom:9090/metrics", "HTTP 401 Unauthorized")
+    ctx.emit(Artifact(source="env HF_TOKEN=hf_leak", kind="unknown", data=b"x", info={"cmd": "--token abc123"}))
+    manifest = (tmp_path / "manifest.jsonl").read_text()
+    assert "s3cr3t" not in manifest and "hf_leak" not in manifest and "abc123" not in manifest
+    assert [json.loads(line) for line in manifest.splitlines()][0]["missing"] == f"http://scraper:{MASK}@prom:9090/metrics"

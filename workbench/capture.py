@@ -69,7 +69,9 @@ class LiveContext:
         return self.spool / f"{self._n:04d}.bin"
 
     def _note(self, record: dict[str, Any]) -> None:
-        self._manifest.write(json.dumps(record, default=str) + "\n")
+        """Provenance is scrubbed like the bytes: a URL given as ``--prom https://user:pw@host`` ends up
+        in a source name, an ``info`` field and the coverage reasons too."""
+        self._manifest.write(json.dumps(_scrub(record) if self.redact else record, default=str) + "\n")
 
     def which(self, name: str) -> str | None:
         return shutil.which(name)
@@ -177,6 +179,16 @@ class LiveContext:
                                  "host": artifact.host or self.host,
                                  "captured_at": artifact.captured_at or datetime.now(timezone.utc),
                                  "info": artifact.info}})
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_bytes(value.encode("utf-8", "surrogateescape"))[0].decode("utf-8", "surrogateescape")
+    if isinstance(value, dict):
+        return {k: _scrub(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_scrub(v) for v in value]
+    return value
 
 
 def _redact_file(path: Path) -> int:
