@@ -522,3 +522,17 @@ def test_full_disk_inside_duckdb_is_one_line(tmp_path, bundle_path, monkeypatch)
     monkeypatch.setattr(Bundle, "commit_batch", no_space)
     code, _, err = run_cli("ingest", bundle_path, tmp_path / "f.log")
     assert_usage_error(code, err, "No space left on device")
+
+
+def test_file_names_that_are_not_utf8_are_ingested(tmp_path, bundle_path, monkeypatch):
+    folder = os.fsencode(tmp_path) + b"/node\xff01"  # the byte 0xff, which no UTF-8 text holds
+    os.mkdir(folder)
+    with open(os.path.join(folder, b"kern-\xe9t\xe9.log"), "wb") as f:  # a Latin-1 name
+        f.write(SYSLOG_LINE.encode())
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("ingest", bundle_path, os.fsdecode(b"node\xff01"))
+    assert code == 0, err
+    assert "node\\xff01/kern-\\xe9t\\xe9.log" in out
+    with Bundle.open(bundle_path) as bundle:
+        assert [a["source"] for a in bundle.artifacts()] == ["node\\xff01/kern-\\xe9t\\xe9.log"]
+        assert bundle.verify() == []

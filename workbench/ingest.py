@@ -116,6 +116,7 @@ class Session:
                         captured_at: datetime | None = None, mtime: datetime | None = None,
                         info: dict[str, Any] | None = None) -> FileResult:
         """Store the bytes (deduplicated), then parse them into rows. Never raises for bad content."""
+        name, source, host = text(name), text(source), text(host) if host is not None else None
         self.bundle.begin_batch()
         with stream_factory() as stream:
             sha, aid, is_new = self.bundle.add_artifact(
@@ -215,10 +216,13 @@ def ingest_paths(bundle: Bundle, paths: list[str], *, kind: str | None = None, h
         with tempfile.TemporaryDirectory(prefix="gpuwb-ingest-") as tmp:
             for path in paths:
                 for item in list(expand(path, Path(tmp), bundle_files(bundle))):
+                    item.name = text(item.name)
                     if isinstance(item, Refusal):
+                        item.reason = text(item.reason)
                         results.append(FileResult(path=item.name, kind="-", host=host, status=item.status,
                                                   error=item.reason))
                         continue
+                    item.rel_parts = tuple(text(p) for p in item.rel_parts)
                     item_host = host or host_from_parts(item.rel_parts)
                     try:
                         item_kind, module = _classify(item, kind, forced)
@@ -253,6 +257,16 @@ def ingest_paths(bundle: Bundle, paths: list[str], *, kind: str | None = None, h
         run_derivations(bundle)
         bundle.seal()
     return results
+
+
+def text(value: str) -> str:
+    """A file name as valid UTF-8 text for the bundle and the terminal: bytes that do not decode (a
+    Latin-1 name, a hostile archive member) become ``\\xNN``."""
+    try:
+        raw = value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raw = value.encode("utf-8", "surrogatepass")
+    return raw.decode("utf-8", "backslashreplace")
 
 
 def check_inputs(paths: list[str], kind: str | None) -> ModuleType | None:
