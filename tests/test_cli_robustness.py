@@ -536,3 +536,21 @@ def test_file_names_that_are_not_utf8_are_ingested(tmp_path, bundle_path, monkey
     with Bundle.open(bundle_path) as bundle:
         assert [a["source"] for a in bundle.artifacts()] == ["node\\xff01/kern-\\xe9t\\xe9.log"]
         assert bundle.verify() == []
+
+
+def test_truncated_gzip_keeps_what_came_before_the_cut(tmp_path, monkeypatch):
+    import gzip
+
+    lines = "".join(SYSLOG_LINE.replace("pid=1", f"pid={i}") for i in range(20000)).encode()
+    whole = gzip.compress(lines)
+    (tmp_path / "kern.log.gz").write_bytes(whole[: len(whole) // 2])
+    _tar_gz(tmp_path / "bundle.tar.gz", {"node03/kern.log.gz": whole[: len(whole) // 2]})
+    monkeypatch.chdir(tmp_path)
+    for source, bundle in (("kern.log.gz", "a.duckdb"), ("bundle.tar.gz", "b.duckdb")):
+        code, out, err = run_cli("ingest", bundle, source)
+        assert code == 0, err
+        assert "truncated or damaged compressed file: kept the" in out
+        with Bundle.open(bundle) as b:
+            [(events,)] = b.con.execute("SELECT count(*) FROM event WHERE kind = 'xid'").fetchall()
+            assert 1000 < events < 20000
+            assert b.verify() == []

@@ -399,13 +399,16 @@ def _file_items(full: Path, rel: tuple[str, ...], tmp: Path) -> Iterator[Item | 
     elif name.endswith(".zip"):
         yield from _zip_items(full, rel[:-1], tmp)
     elif name.endswith(".gz"):
-        out = _spool(tmp, lambda: gzip.open(full, "rb"), full.stat().st_size, str(full))
-        if out is None:
+        spooled = _spool(tmp, lambda: gzip.open(full, "rb"), full.stat().st_size, str(full))
+        if spooled is None:
             yield _plain_item(full, rel)
         else:
+            out, damage = spooled
             inner = rel[:-1] + (rel[-1][:-3],)
             yield Item(str(full)[:-3], inner, lambda p=out: open(p, "rb"), _mtime(full),
                        cleanup=lambda p=out: p.unlink(missing_ok=True))
+            if damage:
+                yield Refusal(str(full), "error", damage)
     else:
         yield _plain_item(full, rel)
 
@@ -414,27 +417,31 @@ def _plain_item(full: Path, rel: tuple[str, ...]) -> Item:
     return Item(str(full), rel, lambda: open(full, "rb"), _mtime(full))
 
 
-def _spool(tmp: Path, opener: Callable[[], BinaryIO], compressed: int, label: str) -> Path | None:
-    """Decompress to a temp file, refusing bombs. None when the data is not actually compressed."""
+def _spool(tmp: Path, opener: Callable[[], BinaryIO], compressed: int, label: str) -> tuple[Path, str] | None:
+    """Decompress to a temp file, refusing bombs: (file, damage), damage empty when the stream ended
+    cleanly. A truncated or corrupt stream keeps what came out before the damage (a copy cut short
+    still holds hours of log); None when the data is not compressed at all."""
     fd, name = tempfile.mkstemp(dir=tmp)
     out = Path(name)
     total = 0
     try:
         with os.fdopen(fd, "wb") as dst, opener() as src:
             while True:
-                block = src.read(1 << 20)
+                block = src.read(64 << 10)  # small reads: a damaged stream loses at most this much
                 if not block:
                     break
                 total += len(block)
                 _check_bomb(total, compressed, label)
                 dst.write(block)
-    except (OSError, EOFError, gzip.BadGzipFile, zipfile.BadZipFile, tarfile.TarError):
+    except (*ARCHIVE_DAMAGE, gzip.BadGzipFile) as exc:
+        if total:
+            return out, f"truncated or damaged compressed file: kept the {total} bytes before the damage ({exc})"
         out.unlink(missing_ok=True)
         return None
     except IngestError:
         out.unlink(missing_ok=True)
         raise
-    return out
+    return out, ""
 
 
 def _check_bomb(total: int, compressed: int, label: str) -> None:
@@ -566,17 +573,20 @@ def _member_time(stamp: float | tuple[int, ...]) -> datetime | None:
 
 
 def _staged_items(staged: list[tuple[tuple[str, ...], Path, datetime | None]], prefix: tuple[str, ...],
-                  label: str, tmp: Path) -> Iterator[Item]:
+                  label: str, tmp: Path) -> Iterator[Item | Refusal]:
     cut = _strip_common_top([s[0] for s in staged])
     for parts, path, mtime in staged:
         rel = prefix + parts[cut:]
         name = f"{label}!{'/'.join(parts)}"
+        damage = ""
         if parts[-1].lower().endswith(".gz") and not parts[-1].lower().endswith(".tar.gz"):
-            inner = _spool(tmp, lambda p=path: gzip.open(p, "rb"), path.stat().st_size, name)
-            if inner is not None:
+            spooled = _spool(tmp, lambda p=path: gzip.open(p, "rb"), path.stat().st_size, name)
+            if spooled is not None:
                 path.unlink(missing_ok=True)
-                path, name, rel = inner, name[:-3], rel[:-1] + (rel[-1][:-3],)
+                (path, damage), gz_name, name, rel = spooled, name, name[:-3], rel[:-1] + (rel[-1][:-3],)
         yield Item(name, rel, lambda p=path: open(p, "rb"), mtime, cleanup=lambda p=path: p.unlink(missing_ok=True))
+        if damage:
+            yield Refusal(gz_name, "error", damage)
 
 
 def open_bytes(data: bytes) -> Callable[[], BinaryIO]:
