@@ -554,3 +554,35 @@ def test_truncated_gzip_keeps_what_came_before_the_cut(tmp_path, monkeypatch):
             [(events,)] = b.con.execute("SELECT count(*) FROM event WHERE kind = 'xid'").fetchall()
             assert 1000 < events < 20000
             assert b.verify() == []
+
+
+@pytest.fixture
+def held(good, tmp_path):
+    """A copy of the good bundle that another process holds open for writing."""
+    import shutil
+    import textwrap
+
+    path = tmp_path / "held.duckdb"
+    shutil.copy(good, path)
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import duckdb, sys
+        con = duckdb.connect({str(path)!r})
+        print("ready", flush=True)
+        sys.stdin.read()
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "ready"
+    yield path
+    holder.stdin.close()
+    holder.wait(timeout=30)
+
+
+@pytest.mark.parametrize("command", [("timeline",), ("analyze",), ("report",), ("verify",), ("ingest", "{log}"),
+                                     ("export", "--parquet", "{tmp}/pq"), ("merge",)], ids=" ".join)
+def test_a_bundle_held_by_another_writer_is_busy_not_a_traceback(command, held, tmp_path):
+    (tmp_path / "f.log").write_text(SYSLOG_LINE)
+    args = [a.format(log=tmp_path / "f.log", tmp=tmp_path) for a in command[1:]]
+    if command[0] == "merge":
+        code, _, err = run_cli("merge", tmp_path / "out.duckdb", held)
+    else:
+        code, _, err = run_cli(command[0], held, *args)
+    assert_usage_error(code, err, "is busy", "try again")
