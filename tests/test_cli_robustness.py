@@ -586,3 +586,47 @@ def test_a_bundle_held_by_another_writer_is_busy_not_a_traceback(command, held, 
     else:
         code, _, err = run_cli(command[0], held, *args)
     assert_usage_error(code, err, "is busy", "try again")
+
+
+def test_archives_inside_an_archive_are_unpacked(tmp_path, monkeypatch):
+    """A zip of per-node tarballs, as evidence is often handed over: every node's files land."""
+    import zipfile
+
+    for node in ("node01", "node02"):
+        _tar_gz(tmp_path / f"{node}.tar.gz", {f"{node}/kern.log": SYSLOG_LINE.replace("node01", node).encode(),
+                                              f"{node}/uptime.txt": f"2026-06-03 10:00:0{node[-1]}\n".encode()})
+    with zipfile.ZipFile(tmp_path / "evidence.zip", "w") as zf:
+        for node in ("node01", "node02"):
+            zf.write(tmp_path / f"{node}.tar.gz", f"{node}.tar.gz")
+        zf.writestr("fake.tar.gz", b"only the name is an archive")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("ingest", "b.duckdb", "evidence.zip")
+    assert code == 0, err
+    with Bundle.open("b.duckdb") as bundle:
+        sources = {a["source"]: a["host"] for a in bundle.artifacts()}
+        hosts = {r[0] for r in bundle.con.execute("SELECT DISTINCT host FROM event WHERE kind = 'xid'").fetchall()}
+        assert bundle.verify() == []
+    assert sources["evidence.zip!node01.tar.gz!node01/kern.log"] == "node01"
+    assert sources["evidence.zip!node02.tar.gz!node02/uptime.txt"] == "node02"
+    assert "evidence.zip!fake.tar.gz" in sources  # kept as it is
+    assert hosts == {"node01", "node02"}
+
+
+def test_a_bomb_inside_an_archive_is_refused_and_its_neighbours_land(tmp_path, monkeypatch):
+    import zipfile
+
+    import workbench.ingest
+
+    monkeypatch.setattr(workbench.ingest, "MAX_ARCHIVE_BYTES", 1 << 20)  # a 1 MiB budget stands in for 32 GiB
+    bomb = tmp_path / "zeros.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("zeros.bin", b"\0" * (4 << 20))
+    with zipfile.ZipFile(tmp_path / "outer.zip", "w") as zf:
+        zf.write(bomb, "inner/zeros.zip")
+        zf.writestr("node01/kern.log", SYSLOG_LINE)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("ingest", "b.duckdb", "outer.zip")
+    assert code == 0, err
+    assert "decompression bomb" in out
+    with Bundle.open("b.duckdb") as bundle:
+        assert [a["source"] for a in bundle.artifacts()] == ["outer.zip!node01/kern.log"]

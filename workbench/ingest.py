@@ -394,7 +394,7 @@ def _items_or_refusal(full: Path, rel: tuple[str, ...], tmp: Path) -> Iterator[I
 
 def _file_items(full: Path, rel: tuple[str, ...], tmp: Path) -> Iterator[Item | Refusal]:
     name = full.name.lower()
-    if name.endswith((".tar.gz", ".tgz", ".tar", ".tar.xz", ".txz", ".tar.bz2", ".tbz2")):
+    if name.endswith(TAR_SUFFIXES):
         yield from _tar_items(full, rel[:-1], tmp)
     elif name.endswith(".zip"):
         yield from _zip_items(full, rel[:-1], tmp)
@@ -472,15 +472,22 @@ def _strip_common_top(members: list[tuple[str, ...]]) -> int:
     return 0
 
 
-def _tar_items(full: Path, prefix: tuple[str, ...], tmp: Path) -> Iterator[Item | Refusal]:
+TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.xz", ".txz", ".tar.bz2", ".tbz2")
+MAX_NESTING = 2
+"""Archives inside archives (a zip of per-node tarballs) are unpacked this many levels down; their
+bomb checks count against the outermost archive's size on disk."""
+
+
+def _tar_items(full: Path, prefix: tuple[str, ...], tmp: Path, *, label: str = "", compressed: int = 0,
+               depth: int = 0) -> Iterator[Item | Refusal]:
     """Members are staged before any is yielded, so a bomb refuses the archive whole; a truncated
     archive keeps the members read before the damage and says where it stopped."""
-    label = str(full)
+    label = label or str(full)
     try:
         tar = tarfile.open(full, "r:*")
     except (tarfile.TarError, OSError) as exc:
         raise IngestError(f"{label}: not a readable tar archive ({exc})") from None
-    compressed = full.stat().st_size
+    compressed = compressed or full.stat().st_size
     total = 0
     staged: list[tuple[tuple[str, ...], Path, datetime | None]] = []
     refused: list[Refusal] = []
@@ -514,17 +521,18 @@ def _tar_items(full: Path, prefix: tuple[str, ...], tmp: Path) -> Iterator[Item 
                                    f"file(s) before the damage ({exc})"))
     if links:
         refused.append(Refusal(label, "skipped", f"{links} link(s) or special file(s) in the archive: not followed"))
-    yield from _staged_items(staged, prefix, label, tmp)
+    yield from _staged_items(staged, prefix, label, tmp, compressed, depth)
     yield from refused
 
 
-def _zip_items(full: Path, prefix: tuple[str, ...], tmp: Path) -> Iterator[Item | Refusal]:
-    label = str(full)
+def _zip_items(full: Path, prefix: tuple[str, ...], tmp: Path, *, label: str = "", compressed: int = 0,
+               depth: int = 0) -> Iterator[Item | Refusal]:
+    label = label or str(full)
     try:
         zf = zipfile.ZipFile(full)
     except (zipfile.BadZipFile, OSError) as exc:
         raise IngestError(f"{label}: not a readable zip archive ({exc})") from None
-    compressed = full.stat().st_size
+    compressed = compressed or full.stat().st_size
     staged: list[tuple[tuple[str, ...], Path, datetime | None]] = []
     with zf:
         declared = sum(i.file_size for i in zf.infolist())
@@ -557,7 +565,7 @@ def _zip_items(full: Path, prefix: tuple[str, ...], tmp: Path) -> Iterator[Item 
                 Path(name).unlink(missing_ok=True)
                 raise
             staged.append((parts, Path(name), _member_time(info.date_time)))
-    yield from _staged_items(staged, prefix, label, tmp)
+    yield from _staged_items(staged, prefix, label, tmp, compressed, depth)
     yield from refused
 
 
@@ -573,11 +581,20 @@ def _member_time(stamp: float | tuple[int, ...]) -> datetime | None:
 
 
 def _staged_items(staged: list[tuple[tuple[str, ...], Path, datetime | None]], prefix: tuple[str, ...],
-                  label: str, tmp: Path) -> Iterator[Item | Refusal]:
+                  label: str, tmp: Path, compressed: int, depth: int) -> Iterator[Item | Refusal]:
     cut = _strip_common_top([s[0] for s in staged])
     for parts, path, mtime in staged:
         rel = prefix + parts[cut:]
         name = f"{label}!{'/'.join(parts)}"
+        nested = _nested_reader(parts[-1].lower(), path) if depth < MAX_NESTING else None
+        if nested is not None:
+            try:
+                inner = list(nested(path, rel[:-1], tmp, label=name, compressed=compressed, depth=depth + 1))
+            except IngestError as exc:  # a bomb inside: that inner archive is refused whole
+                inner = [Refusal(name, "error", str(exc))]
+            path.unlink(missing_ok=True)
+            yield from inner
+            continue
         damage = ""
         if parts[-1].lower().endswith(".gz") and not parts[-1].lower().endswith(".tar.gz"):
             spooled = _spool(tmp, lambda p=path: gzip.open(p, "rb"), path.stat().st_size, name)
@@ -587,6 +604,16 @@ def _staged_items(staged: list[tuple[tuple[str, ...], Path, datetime | None]], p
         yield Item(name, rel, lambda p=path: open(p, "rb"), mtime, cleanup=lambda p=path: p.unlink(missing_ok=True))
         if damage:
             yield Refusal(gz_name, "error", damage)
+
+
+def _nested_reader(name: str, path: Path) -> Callable[..., Iterator[Item | Refusal]] | None:
+    """The reader for an archive found inside an archive; None (kept as a plain file) when it only
+    looks like one."""
+    if name.endswith(TAR_SUFFIXES) and tarfile.is_tarfile(path):
+        return _tar_items
+    if name.endswith(".zip") and zipfile.is_zipfile(path):
+        return _zip_items
+    return None
 
 
 def open_bytes(data: bytes) -> Callable[[], BinaryIO]:
