@@ -101,11 +101,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return 0
     except OSError as exc:  # the file system said no (missing folder, permission, disk full): one line
-        print(f"gpuwb: error: {_os_message(exc)}", file=sys.stderr)
+        print(f"gpuwb: error: {printable(_os_message(exc))}", file=sys.stderr)
         return 2
     except (duckdb.IOException, duckdb.OutOfMemoryException, duckdb.TransactionException) as exc:
         # the same from inside DuckDB: a full disk shows up as a commit that could not write its log
-        print(f"gpuwb: error: the bundle could not be written or read: {str(exc).splitlines()[0]}", file=sys.stderr)
+        print(f"gpuwb: error: the bundle could not be written or read: {printable(str(exc).splitlines()[0])}",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gpuwb: interrupted", file=sys.stderr)
