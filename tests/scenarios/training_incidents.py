@@ -35,6 +35,12 @@ BOOT_LINES = [
 ]
 
 
+def booted(boot: datetime, nvidia_at: float) -> list[str]:
+    """A raw dmesg from power-on: the kernel's boot lines, then the NVIDIA driver ``nvidia_at`` s later."""
+    lines = [raw(boot, sec(boot, 0), t) for t in BOOT_LINES]
+    return lines + [raw(boot, sec(boot, nvidia_at + i * 0.01), t) for i, t in enumerate(nvidia_boot())]
+
+
 def nvidia_boot(driver: str = "535.183.01") -> list[str]:
     return ["nvidia: module license 'NVIDIA' taints kernel.",
             "nvidia-nvlink: Nvlink Core is being initialized, major device number 508",
@@ -53,8 +59,7 @@ def train_pcie_xid79_nodefail(folder: Path) -> None:
     fault = datetime(2025, 3, 1, 14, 2, 11, 402117)
     start = datetime(2025, 3, 1, 13, 5, 10)
     hang = datetime(2025, 3, 1, 14, 2, 13, 88000)  # the collective every rank entered, never finished
-    dm7 = [raw(boot7, sec(boot7, 0), t) for t in BOOT_LINES]
-    dm7 += [raw(boot7, sec(boot7, 4.1 + i * 0.01), t) for i, t in enumerate(nvidia_boot())]
+    dm7 = booted(boot7, nvidia_at=4.1)
     dm7 += [
         raw(boot7, fault, "pcieport 0000:27:01.0: AER: Uncorrected (Fatal) error received: 0000:2a:00.0"),
         raw(boot7, fault, "nvidia 0000:2a:00.0: AER: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Receiver ID)"),
@@ -256,8 +261,7 @@ def train_nfs_checkpoint_stall(folder: Path) -> None:
     start = datetime(2025, 3, 7, 8, 0, 4)
     save = datetime(2025, 3, 7, 10, 0, 0, 118000)
     stall = datetime(2025, 3, 7, 10, 0, 37, 520000)
-    dm1 = [raw(boot1, sec(boot1, 0), t) for t in BOOT_LINES]
-    dm1 += [raw(boot1, sec(boot1, 4.3 + i * 0.01), t) for i, t in enumerate(nvidia_boot())]
+    dm1 = booted(boot1, nvidia_at=4.3)
     for i in range(3):
         dm1.append(raw(boot1, sec(stall, i * 31.2), "nfs: server nfs-ckpt01 not responding, still trying"))
     blocked = sec(stall, 125.3)
@@ -291,8 +295,7 @@ def train_nfs_checkpoint_stall(folder: Path) -> None:
         "-rw-r--r-- 1 mlops mlops  4294967296 2025-03-07 10:00:37.489920117 +0000 model.pt.tmp",
     ]) + "\n")
     boot2 = datetime(2025, 3, 7, 1, 2, 57)
-    dm2 = [raw(boot2, sec(boot2, 0), t) for t in BOOT_LINES]
-    dm2 += [raw(boot2, sec(boot2, 4.2 + i * 0.01), t) for i, t in enumerate(nvidia_boot())]
+    dm2 = booted(boot2, nvidia_at=4.2)
     dm2.append(raw(boot2, datetime(2025, 3, 7, 6, 12, 40), "mlx5_core 0000:0c:00.0 ibp12s0: Link up"))
     write(folder, "node02/dmesg.txt", "\n".join(dm2) + "\n")
     write(folder, "node02/uptime.txt", uptime_s(boot2))
@@ -554,8 +557,7 @@ def train_ecc_xid94(folder: Path) -> None:
     hit = datetime(2025, 3, 10, 3, 47, 20, 660000)
     hang = datetime(2025, 3, 10, 3, 47, 20, 500000)
     boot4 = datetime(2025, 3, 9, 22, 15, 31)
-    dm4 = [raw(boot4, sec(boot4, 0), t) for t in BOOT_LINES]
-    dm4 += [raw(boot4, sec(boot4, 4.4 + i * 0.01), t) for i, t in enumerate(nvidia_boot())]
+    dm4 = booted(boot4, nvidia_at=4.4)
     dm4 += [raw(boot4, hit, "NVRM: Xid (PCI:0000:9b:00): 94, pid=20931, name=python3, Contained: CE User Channel (0x9). RST: No, D-RST: No"),
             raw(boot4, sec(hit, 0.004), "NVRM: Xid (PCI:0000:9b:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row (0x0000000000a1f3c0) Marked for Remapping, reset gpu to activate."),
             raw(boot4, sec(hit, 0.2), "NVRM: Xid (PCI:0000:9b:00): 45, pid=20931, name=python3, Ch 00000010")]
@@ -605,8 +607,7 @@ def train_ecc_xid94(folder: Path) -> None:
         "        GPU Current Temp                  : 39 C",
     ]) + "\n")
     boot3 = datetime(2025, 3, 9, 22, 14, 50)
-    dm3 = [raw(boot3, sec(boot3, 0), t) for t in BOOT_LINES]
-    dm3 += [raw(boot3, sec(boot3, 4.4 + i * 0.01), t) for i, t in enumerate(nvidia_boot())]
+    dm3 = booted(boot3, nvidia_at=4.4)
     dm3 += [raw(boot3, datetime(2025, 3, 10, 0, 12, 9), "perf: interrupt took too long (2503 > 2500), lowering kernel.perf_event_max_sample_rate to 79750")]
     write(folder, "node03/dmesg.txt", "\n".join(dm3) + "\n")
     write(folder, "node03/uptime.txt", uptime_s(boot3))
@@ -637,8 +638,7 @@ def train_healthy_with_noise(folder: Path) -> None:
     an idle GPU at its power cap, a few symbol errors, routine package updates, NCCL INFO chatter."""
     start = datetime(2025, 3, 11, 0, 0, 4)
     boot = datetime(2025, 3, 10, 20, 1, 7)
-    dm = [raw(boot, sec(boot, 0), t) for t in BOOT_LINES]
-    dm += [raw(boot, sec(boot, 4.1 + i * 0.01), t) for i, t in enumerate(nvidia_boot())]
+    dm = booted(boot, nvidia_at=4.1)
     dm += [raw(boot, datetime(2025, 3, 11, 1 + i, 7, 41), t) for i in range(6) for t in (
         "pcieport 0000:00:01.1: AER: Corrected error received: 0000:00:01.1",
         "pcieport 0000:00:01.1: AER: PCIe Bus Error: severity=Corrected, type=Data Link Layer, (Transmitter ID)")]
