@@ -10,6 +10,7 @@ torchrun's ``[rankN]:`` prefix, sacct -P, kubectl JSON, Prometheus exposition.
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -169,7 +170,7 @@ def k8s_event(name: str, when: datetime, reason: str, message: str, kind: str, o
               node: str | None, typ: str = "Warning", count: int = 1, component: str = "kubelet",
               field_path: str | None = None) -> dict:
     involved = {"apiVersion": "v1" if kind == "Pod" else "apps/v1", "kind": kind, "name": obj,
-                "namespace": namespace, "uid": f"6c1f{abs(hash(obj)) % 10**8:08d}-0c1e-4a53-9a1d-5d2b6e8f1a{count:02d}"}
+                "namespace": namespace, "uid": f"6c1f{zlib.crc32(obj.encode()) % 10**8:08d}-0c1e-4a53-9a1d-5d2b6e8f1a{count:02d}"}
     if field_path:
         involved["fieldPath"] = field_path
     stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
