@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.integration.processes import stop_children
+
 READY_TIMEOUT_S = 10.0
 FIRST_SAMPLE_TIMEOUT_S = 20.0
 """Prometheus applies new targets on a 5 s tick: the first sample is queryable ~5.6 s after start."""
@@ -128,15 +130,7 @@ class PrometheusServer:
         self._wait("prometheus", timeout, seen)
 
     def stop(self) -> None:
-        for _, proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=10)
-        self.procs.clear()
+        stop_children(self.procs)
 
     def __enter__(self) -> PrometheusServer:
         return self

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.integration.processes import stop_children
+
 NODE = "gpu-node-01"
 READY_TIMEOUT_S = 30.0
 
@@ -87,15 +89,7 @@ class SlurmCluster:
             deadline = time.monotonic() + 15
             while time.monotonic() < deadline and self.cmd(["squeue", "-h"], check=False).stdout.strip():
                 time.sleep(0.2)
-        for _name, proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=5)
-        self.procs.clear()
+        stop_children(self.procs, grace=15)
         if getattr(self, "munge_dir", None) is not None:
             shutil.rmtree(self.munge_dir, ignore_errors=True)
 
