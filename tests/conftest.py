@@ -14,7 +14,7 @@ import pytest
 from workbench.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = Path(os.environ.get("GPUWB_CORPUS", ROOT.parent / "shared" / "corpus"))
+CORPUS = Path(os.environ.get("GPUWB_CORPUS", ROOT / "tests" / "corpus"))
 
 
 def corpus_index() -> dict[str, dict[str, str]]:
