@@ -9,7 +9,7 @@ is counted twice.
 
 Parsing is built for multi-GB logs: the bytes are scanned in 4 MiB blocks by a vectorised prefilter
 (numpy compares for a few rare anchor bytes, then an 8-byte window check around each anchor), so only
-lines that can be events reach the per-line regexes of collectors/kernel_lines.py. Line counts come
+lines that can be events reach the per-line regexes of collectors/_kernel_lines.py. Line counts come
 from the same newline index; nothing holds more than a block in memory.
 """
 
@@ -22,7 +22,7 @@ from datetime import timedelta
 from typing import Any, BinaryIO
 
 from collectors.base import MAX_LINE_BYTES, Artifact, CaptureContext, Event, ParseContext, Row, Skipped
-from collectors.kernel_lines import STAMPED, Classifier, Prefix, Record, Stamp, exact, resolve, split_prefix
+from collectors._kernel_lines import STAMPED, Classifier, Prefix, Record, Stamp, exact, resolve, split_prefix
 
 NAME = "kernel"
 LAYER = "hardware"
@@ -220,7 +220,7 @@ KEYWORDS = (b"NVRM", b"SXid", b"AER:", b"PCIe Bus Error", b"DPC: containment", b
             b"NETDEV WATCHDOG", b"Port module event", b": server ", b"Lustre", b"LNet", b"segfault",
             b"protection fault", b"nvidia", b"I/O error", b"Linux version")
 """Literals a line must hold to be looked at by the per-line parser; every handler of
-collectors/kernel_lines.py is reachable through at least one of them."""
+collectors/_kernel_lines.py is reachable through at least one of them."""
 
 RARITY = b"QZJXVKWYHBRwLDOvxfUGFqzjkyCIPMTNASEbgpmhucdltrisnoae"
 """Bytes from rarest to commonest in kernel logs: each keyword is anchored at its rarest byte, and
