@@ -459,7 +459,7 @@ class Classifier:
         return last is None or line - last > 50
 
     def _xid(self, rec: Record, m: re.Match[str]) -> Iterator[Row]:
-        from collectors.xid_catalog import lookup
+        from collectors._xid_catalog import lookup
 
         loc = m.group("loc")
         pci = normalize_pci(loc.split("GPU-I:")[0].replace("PCI:", ""))

@@ -40,7 +40,7 @@ CONTINUATION_LINES = 16
 
 def xid_info(code: int) -> dict[str, Any]:
     """The catalog entry of an Xid as plain data, for other collectors (NVML's Xid events)."""
-    from collectors.xid_catalog import lookup
+    from collectors._xid_catalog import lookup
 
     info = lookup(code)
     return {"name": info.name, "meaning": info.meaning, "layer": info.layer, "severity": info.severity,

@@ -735,11 +735,11 @@ def _xid_event(event: dict[str, Any], devices: dict[int | None, dict[str, Any]],
 
 def xid_catalog_attrs(xid: int | None) -> dict[str, Any]:
     """Name, meaning, action, layer and severity of an Xid from the kernel collector's catalog
-    (collectors/xid_catalog.py), so an Xid seen by NVML or DCGM reads like one from the kernel log."""
+    (collectors/_xid_catalog.py), so an Xid seen by NVML or DCGM reads like one from the kernel log."""
     if xid is None:
         return {}
     try:
-        from collectors.xid_catalog import lookup
+        from collectors._xid_catalog import lookup
     except ImportError:
         return {}
     try:

@@ -279,7 +279,7 @@ def prepare(con: duckdb.DuckDBPyConnection) -> None:
     """Register what checks may join besides the bundle: ``xid_catalog`` (one row per Xid and cause).
 
     Temporary, so it works on a read-only bundle and is never stored in the evidence."""
-    from collectors.xid_catalog import parse_catalog  # the Xid catalog's schema lives with its collector
+    from collectors._xid_catalog import parse_catalog  # the Xid catalog's schema lives with its collector
 
     entries, _ = parse_catalog(catalog_text("xid.yaml"))
     rows = [(code, cause, info.follower, info.severity) for code, info in entries.items() for cause in info.causes]
