@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any, BinaryIO
 
-from collectors.base import MAX_LINE_BYTES, Artifact, CaptureContext, Event, ParseContext, Row, Skipped
 from collectors._kernel_lines import STAMPED, Classifier, Prefix, Record, Stamp, exact, resolve, split_prefix
+from collectors.base import MAX_LINE_BYTES, Artifact, CaptureContext, Event, ParseContext, Row, Skipped
 
 NAME = "kernel"
 LAYER = "hardware"

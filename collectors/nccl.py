@@ -8,7 +8,7 @@ at ingest) into:
   commId 0x… - Init COMPLETE``; NCCL version; ``Channel 00/0 : 3[3] -> 4[4] via P2P/IPC`` transports;
   the NET/IB devices and bootstrap interface), mapping rank <-> host <-> cudaDev <-> PCI bus id;
 - the events listed in ``EVENTS`` from NCCL's WARN lines and error-propagation chains, and from the
-  PyTorch / torchrun / trainer lines that ``collectors/torch_dist.py`` reads;
+  PyTorch / torchrun / trainer lines that ``collectors/_torch_dist.py`` reads;
 - a ``versions.nccl`` host fact per host.
 
 Lines come with or without torchrun/mpirun/srun prefixes (``[rank3]:``, ``[default0]:``,
@@ -37,7 +37,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, BinaryIO
 
-from collectors import storage, torch_dist
+from collectors import _torch_dist as torch_dist
+from collectors import storage
+from collectors._torch_dist import Continuation, Finding
 from collectors.base import (
     MAX_LINE_BYTES,
     Artifact,
@@ -52,7 +54,6 @@ from collectors.base import (
     normalize_pci,
     to_utc,
 )
-from collectors.torch_dist import Continuation, Finding
 
 NAME = "nccl"
 LAYER = "network_storage"

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from collectors import _xid_catalog as xid_catalog
-from collectors.base import LAYERS, SEVERITIES
 from collectors._xid_catalog import CatalogError, catalog, lookup, parse_catalog
+from collectors.base import LAYERS, SEVERITIES
 
 PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 REQUIRED_XIDS = [8, 13, 31, 32, 38, 43, 45, 48, 56, 57, 61, 62, 63, 64, 68, 69, 73, 74, 79, 92, 94, 95, 109, 110,
