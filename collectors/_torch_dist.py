@@ -123,9 +123,6 @@ _FP_FIELD = re.compile(r"(SequenceNumber|OpType|TensorShape|TensorDtypes)=(\[[^\
 _WATCHDOG_DIED = re.compile(r"(?:Process group watchdog thread terminated with exception|"
                             r"NCCL watchdog thread terminated with exception): (?P<what>.*)")
 
-_OP_NAMES = {"allreduce": "ALLREDUCE", "all_reduce": "ALLREDUCE", "allgather": "ALLGATHER",
-             "_allgather_base": "_ALLGATHER_BASE", "reduce_scatter": "REDUCE_SCATTER", "broadcast": "BROADCAST"}
-
 
 def _int(text: str | None) -> int | None:
     try:

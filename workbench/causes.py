@@ -109,7 +109,3 @@ def load_causes() -> dict[str, dict[str, Any]]:
     """cause id -> entry (layer, title, scope, description, symptoms, remediation, action_items,
     leads_to, absorbs); a fresh copy, so callers may annotate it."""
     return {cid: dict(entry) for cid, entry in _load().items()}
-
-
-def cause_layer(cause: str) -> str:
-    return _load()[cause]["layer"]

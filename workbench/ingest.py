@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import io
 import lzma
 import os
 import shutil
@@ -614,7 +613,3 @@ def _nested_reader(name: str, path: Path) -> Callable[..., Iterator[Item | Refus
     if name.endswith(".zip") and zipfile.is_zipfile(path):
         return _zip_items
     return None
-
-
-def open_bytes(data: bytes) -> Callable[[], BinaryIO]:
-    return lambda: io.BytesIO(data)
