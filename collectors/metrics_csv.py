@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import BinaryIO
 
+from collectors import _metric_vocabulary as vocabulary
 from collectors.base import Artifact, CaptureContext, ParseContext, Row, SeriesPoint, Skipped
 from collectors.prometheus import capture_files, host_of
-from workbench import series
 
 NAME = "metrics_csv"
 LAYER = "business"
@@ -78,7 +78,7 @@ def sniff(name: str, head: str) -> dict[str, int]:
         return {}
     if _find(header, NAME_COLUMNS) is not None and _find(header, VALUE_COLUMNS) is not None:
         return {"metrics_csv": 92}  # time + name + value columns: unmistakably a long-form series table
-    known = any(series.canonical_from_words(header[i]) for i in numeric)
+    known = any(vocabulary.canonical_from_words(header[i]) for i in numeric)
     return {"metrics_csv": 65 if known or name.lower().endswith((".csv", ".tsv")) else 40}
 
 
@@ -171,7 +171,7 @@ def _parse_csv(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
         labels = [i for i in range(len(header)) if i != time_col and i not in values]
     host_col = _find(lower, HOST_COLUMNS)
     instance_col = _find(lower, ("instance",))
-    column_labels = {i: series.word_labels(header[i]) for i in values}
+    column_labels = {i: vocabulary.word_labels(header[i]) for i in values}
 
     def rows() -> Iterator[tuple[int, list[str]]]:
         yield from buffered
@@ -199,11 +199,11 @@ def _parse_csv(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
                 continue
             if long_form:
                 name = cells[name_col].strip() or "value"
-                metric = series.canonical(name, row_labels) or series.canonical_from_words(name)
-                stored = series.tag(name, row_labels, metric)
+                metric = vocabulary.canonical(name, row_labels) or vocabulary.canonical_from_words(name)
+                stored = vocabulary.tag(name, row_labels, metric)
             else:
                 name = header[i]
-                stored = series.tag(name, row_labels)
+                stored = vocabulary.tag(name, row_labels)
                 for key, label in column_labels[i].items():
                     stored.setdefault(key, label)
             yield SeriesPoint(ts=when, name=name, value=value, host=host, labels=stored)
@@ -269,7 +269,7 @@ def _bench_points(block: list[tuple[int, str, str]], run: int, when: datetime | 
             yield Skipped(n, "benchmark summary without a time (no mtime)")
             continue
         labels = dict(common)
-        labels.update(series.word_labels(key))
+        labels.update(vocabulary.word_labels(key))
         if unit := _UNIT.search(key):
             labels["unit"] = unit.group(1)
         labels["ts_origin"] = origin

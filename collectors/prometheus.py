@@ -34,8 +34,8 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any, BinaryIO
 
+from collectors import _metric_vocabulary as vocabulary
 from collectors.base import Artifact, CaptureContext, ParseContext, Row, SeriesPoint, Skipped
-from workbench import series
 
 NAME = "prometheus"
 LAYER = "business"
@@ -309,7 +309,7 @@ def _parse_text(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
         host = host_of(labels.get("instance")) or ctx.host or host_of(file_instance)
         if file_instance and "instance" not in labels:
             labels["instance"] = file_instance
-        stored = series.tag(name, labels)
+        stored = vocabulary.tag(name, labels)
         if stamp is None and origin:
             stored["ts_origin"] = origin
         yield SeriesPoint(ts=when, name=name, value=value, host=host, labels=stored)
@@ -408,7 +408,7 @@ def _api_doc(doc: Any, ctx: ParseContext, query: str | None, line: int | None, s
         labels.update(extra or {})
         if item.get("histograms") or item.get("histogram"):
             yield Skipped(line, "native histogram samples are not supported")
-        stored = series.tag(name, labels, series.canonical(name, labels))
+        stored = vocabulary.tag(name, labels, vocabulary.canonical(name, labels))
         host = host_of(metric.get("instance")) or ctx.host
         for pair in values:
             row = _api_point(pair, name, stored, host)
@@ -488,7 +488,7 @@ def _parse_query_log(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
             extra = {}
             if context:
                 extra = {"stat": context["stat"], "query": context["query"]}
-                quantile = series.stat_from_words(context["stat"])[1]
+                quantile = vocabulary.stat_from_words(context["stat"])[1]
                 if quantile:
                     extra["quantile"] = quantile
             for row in _api_doc(doc, ctx, context["query"] if context else None, n, seen, extra):
@@ -516,7 +516,7 @@ def _named(row: SeriesPoint, metric: str, query: str | None) -> SeriesPoint:
     for key, value in described.items():
         labels.setdefault(key, value)
     row.name = metric
-    row.labels = series.tag(metric, labels)
+    row.labels = vocabulary.tag(metric, labels)
     return row
 
 
@@ -524,7 +524,7 @@ def _flush_orphans(orphans: list[SeriesPoint], stat: str | None, metric: str | N
     for row in orphans:
         if stat:
             row.labels["stat"] = stat
-            quantile = series.stat_from_words(stat)[1]
+            quantile = vocabulary.stat_from_words(stat)[1]
             if quantile:
                 row.labels.setdefault("quantile", quantile)
         if metric:
@@ -562,7 +562,7 @@ def add_capture_arguments(parser: argparse.ArgumentParser) -> None:
 
 def default_query() -> str:
     """Every family of the serving vocabulary in one selector, for a server given without --query."""
-    names = sorted({re.escape(n) for n in series.VOCABULARY})
+    names = sorted({re.escape(n) for n in vocabulary.VOCABULARY})
     return '{__name__=~"(' + "|".join(names) + ')(_bucket|_sum|_count|_total)?"}'
 
 

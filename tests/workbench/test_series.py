@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from collectors import _metric_vocabulary as vocabulary
 from collectors import prometheus
 from collectors.base import ParseContext, SeriesPoint
 from workbench import series
@@ -42,7 +43,7 @@ T0 = datetime(2026, 11, 29, 22, 0, tzinfo=timezone.utc)
     ("process_cpu_seconds_total", {}, None),
 ])
 def test_vocabulary(name, labels, expected):
-    assert series.canonical(name, labels) == expected
+    assert vocabulary.canonical(name, labels) == expected
 
 
 @pytest.mark.parametrize("text,labels", [
@@ -54,7 +55,7 @@ def test_vocabulary(name, labels, expected):
     ("Max request concurrency", {}),
 ])
 def test_word_labels(text, labels):
-    assert series.word_labels(text) == labels
+    assert vocabulary.word_labels(text) == labels
 
 
 @pytest.mark.parametrize("name,scale", [
@@ -63,7 +64,7 @@ def test_word_labels(text, labels):
     ("tgi_request_duration", 1.0),
 ])
 def test_unit_scale(name, scale):
-    assert series.unit_scale(name) == scale
+    assert vocabulary.unit_scale(name) == scale
 
 
 def _corpus_buckets(path: Path) -> list[tuple[float, float]]:
@@ -146,9 +147,9 @@ def test_counter_deltas_reset_nan_and_order():
 
 
 def test_tag_keeps_source_metric_label():
-    assert series.tag("tgi_queue_size", {"metric": "x", "a": "b"}) == {"a": "b", "exported_metric": "x",
+    assert vocabulary.tag("tgi_queue_size", {"metric": "x", "a": "b"}) == {"a": "b", "exported_metric": "x",
                                                                       "metric": "queue_depth"}
-    assert series.tag("unknown_thing", {"a": "b"}) == {"a": "b"}
+    assert vocabulary.tag("unknown_thing", {"a": "b"}) == {"a": "b"}
 
 
 def _write_scrapes(root: Path, pages: list[str], name: str = "pod-a") -> None:
