@@ -19,6 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import BinaryIO
 
+from collectors._redact import redact_env
 from collectors.base import Artifact, CaptureContext, HostFact, ParseContext, Row, Skipped
 
 NAME = "host"
@@ -86,8 +87,6 @@ def host_facts() -> dict:
         except metadata.PackageNotFoundError:
             continue
     facts["versions"] = versions
-    from workbench.redact import redact_env
-
     facts["env"] = redact_env(dict(os.environ))
     facts["cmdline"] = (_read("/proc/cmdline") or "").strip()
     facts["timezone"] = time.strftime("%Z")

@@ -11,10 +11,10 @@ from pathlib import Path
 import html5lib
 import pytest
 
+from collectors._redact import MASK, redact_bytes, redact_env, secret_name
 from tests.conftest import ROOT, run_cli
 from workbench import journal
 from workbench.bundle import Bundle
-from workbench.redact import MASK, redact_bytes, redact_env, secret_name
 
 SOURCE_DIRS = ("workbench", "collectors", "playbooks")
 

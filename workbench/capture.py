@@ -27,11 +27,11 @@ from types import ModuleType
 from typing import Any
 
 from collectors import registry
+from collectors._redact import redact_bytes
 from collectors.base import Artifact
 from workbench.bundle import Bundle
 from workbench.derive import run_derivations
 from workbench.ingest import FileResult, Session
-from workbench.redact import redact_bytes
 
 DEFAULT_MAX_BYTES = 256 << 20
 STATUSES = ("ok", "partial", "unavailable", "timeout", "denied", "error", "skipped")
