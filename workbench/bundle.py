@@ -268,6 +268,19 @@ class Bundle:
                 [aid, seq]).fetchall()[0]
             yield _unpack(data, codec, raw_size)
 
+    def artifact_chunk_count(self, artifact_id: int) -> int:
+        return self.con.execute("SELECT count(*) FROM artifact_chunk WHERE artifact_id = ?",
+                                [artifact_id]).fetchall()[0][0]
+
+    def artifact_chunk(self, artifact_id: int, seq: int) -> bytes:
+        """One stored chunk, expanded: a viewer reads a huge artifact a chunk at a time."""
+        rows = self.con.execute("SELECT data, codec, raw_size FROM artifact_chunk WHERE artifact_id = ? AND seq = ?",
+                                [artifact_id, seq]).fetchall()
+        if not rows:
+            raise BundleError(f"artifact {artifact_id} has no chunk {seq}")
+        data, codec, raw_size = rows[0]
+        return _unpack(data, codec, raw_size)
+
     def artifact_lines(self, artifact: str, start: int, count: int = 1) -> list[str]:
         """Lines ``start``.. (1-based) of an artifact's raw text, to show evidence in context."""
         out: list[str] = []
@@ -327,8 +340,19 @@ class Bundle:
         return jid
 
     # -- sealing and verification ----------------------------------------------------------
-    def root_digest(self) -> str:
-        """sha256 over the incident metadata and every artifact's hash, size and provenance."""
+    def root_digest(self, version: int | None = None) -> str:
+        """sha256 over the incident metadata and every artifact's hash, size and provenance, computed the
+        way digest ``version`` does (default: the way the last seal was, or the current way)."""
+        if version is None:
+            seal = self.last_seal()
+            version = seal["digest_version"] if seal else DIGEST_VERSION
+        if version == 1:
+            return self._root_digest_v1()
+        return _digest(self.provenance_items())
+
+    def _root_digest_v1(self) -> str:
+        """The first seal's digest: artifacts without captured_at and info, aliases without captured_at,
+        no capture log. Kept so that bundles sealed with it still verify as intact."""
         meta = {k: v for k, v in self.meta().items() if k in ("incident_id", "title", "created_at")}
         rows = self.con.execute(
             "SELECT sha256, size, collector, kind, host, source FROM artifact ORDER BY sha256").fetchall()
@@ -338,24 +362,44 @@ class Bundle:
         doc = {"meta": meta, "artifacts": [list(r) for r in rows]}
         if aliases:
             doc["aliases"] = [list(r) for r in aliases]
-        doc = json.dumps(doc, sort_keys=True, default=str)
-        return hashlib.sha256(doc.encode()).hexdigest()
+        return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+    def provenance_items(self) -> dict[str, str]:
+        """One digest per sealed item, keyed so that a change can be named: ``artifact:SHA`` (hash, size,
+        collector, kind, host, source, captured_at, info), ``alias:SHA`` (all its alias rows),
+        ``capture_log:COLLECTOR@HOST`` (its coverage rows) and ``meta`` (the incident's provenance keys)."""
+        items: dict[str, str] = {}
+        for row in self.con.execute("SELECT sha256, size, collector, kind, host, source, captured_at, info "
+                                    "FROM artifact").fetchall():
+            items[f"artifact:{row[0]}"] = _digest(list(row))
+        grouped: dict[str, list[str]] = {}
+        for row in self.con.execute("SELECT sha256, collector, kind, host, source, captured_at, info "
+                                    "FROM artifact_alias").fetchall():
+            grouped.setdefault(f"alias:{row[0]}", []).append(_canonical(list(row)))
+        for row in self.con.execute("SELECT collector, host, status, reason, started_at, duration_s, artifacts, "
+                                    "detail FROM capture_log").fetchall():
+            grouped.setdefault(f"capture_log:{row[0]}@{row[1] or '-'}", []).append(_canonical(list(row)))
+        items.update({key: _digest(sorted(rows)) for key, rows in grouped.items()})
+        items["meta"] = _digest({k: v for k, v in self.meta().items() if k in SEALED_META})
+        return items
 
     def seal(self, *, complete: bool = True) -> str:
-        digest = self.root_digest()
+        items = self.provenance_items()
+        digest = _digest(items)
         seq = self.con.execute("SELECT coalesce(max(seq), 0) + 1 FROM seal").fetchall()[0][0]
         count = self.con.execute("SELECT count(*) FROM artifact").fetchall()[0][0]
-        self.con.execute("INSERT INTO seal VALUES (?, ?, ?, ?, ?)", [seq, now_utc(), digest, count, complete])
+        self.con.execute("INSERT INTO seal (seq, sealed_at, root_digest, artifacts, complete, digest_version, items) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         [seq, now_utc(), digest, count, complete, DIGEST_VERSION, json.dumps(items, sort_keys=True)])
         return digest
 
     def last_seal(self) -> dict[str, Any] | None:
         rows = self.con.execute(
-            "SELECT seq, sealed_at, root_digest, artifacts, complete FROM seal ORDER BY seq DESC LIMIT 1"
-        ).fetchall()
+            "SELECT seq, sealed_at, root_digest, artifacts, complete, digest_version FROM seal "
+            "ORDER BY seq DESC LIMIT 1").fetchall()
         if not rows:
             return None
-        row = rows[0]
-        return dict(zip(("seq", "sealed_at", "root_digest", "artifacts", "complete"), row))
+        return dict(zip(("seq", "sealed_at", "root_digest", "artifacts", "complete", "digest_version"), rows[0]))
 
     def verify(self) -> list[str]:
         """Re-hash every artifact and the root digest. Returns one line per problem; empty when intact."""
@@ -368,19 +412,68 @@ class Bundle:
                     digest.update(block)
                     size += len(block)
             except (OSError, ValueError, pa.ArrowException) as exc:
-                problems.append(f"artifact altered: {art['sha256']} ({art['kind']} {art['source']}, "
-                                f"host {art['host'] or '-'}): stored chunk no longer expands ({exc})")
+                problems.append(f"artifact altered: {_named(art)}: stored chunk no longer expands ({exc})")
                 continue
             if digest.hexdigest() != art["sha256"] or size != art["size"]:
-                problems.append(f"artifact altered: {art['sha256']} ({art['kind']} {art['source']}, "
-                                f"host {art['host'] or '-'}): now sha256 {digest.hexdigest()}, {size} bytes")
+                problems.append(f"artifact altered: {_named(art)}: now sha256 {digest.hexdigest()}, {size} bytes")
         seal = self.last_seal()
         if seal is None:
             problems.append("bundle was never sealed")
-        elif seal["root_digest"] != self.root_digest():
-            problems.append(f"root digest mismatch: sealed {seal['root_digest']}, now {self.root_digest()} "
+            return problems
+        now = self.root_digest(seal["digest_version"])
+        if seal["root_digest"] != now:
+            if seal["digest_version"] >= 2:
+                problems.extend(self._changed_items(seal["seq"]))
+            problems.append(f"root digest mismatch: sealed {seal['root_digest']}, now {now} "
                             "(artifacts or incident metadata changed after sealing)")
         return problems
+
+    def _changed_items(self, seq: int) -> list[str]:
+        """One line per sealed item whose provenance differs from what the seal recorded."""
+        stored = self.con.execute("SELECT items FROM seal WHERE seq = ?", [seq]).fetchall()[0][0]
+        sealed: dict[str, str] = json.loads(stored) if stored else {}
+        current = self.provenance_items()
+        arts = {a["sha256"]: a for a in self.artifacts()}
+        lines = []
+        for key in sorted(set(sealed) | set(current)):
+            if sealed.get(key) == current.get(key):
+                continue
+            what, _, name = key.partition(":")
+            change = "added after sealing" if key not in sealed else (
+                "removed after sealing" if key not in current else "changed after sealing")
+            if what == "artifact":
+                lines.append(f"artifact provenance altered: {_named(arts[name]) if name in arts else name}: "
+                             f"collector, kind, host, source, captured_at or info {change}")
+            elif what == "alias":
+                lines.append(f"artifact provenance altered: {_named(arts[name]) if name in arts else name}: "
+                             f"its other-host (alias) rows {change}")
+            elif what == "capture_log":
+                lines.append(f"capture log altered: coverage rows of {name} {change}")
+            else:
+                lines.append(f"incident metadata altered: {', '.join(SEALED_META)} {change}")
+        return lines
+
+
+DIGEST_VERSION = 2
+"""How ``seal`` computes the root digest. 1: each artifact's sha256, size, collector, kind, host and source,
+the aliases without captured_at, three metadata keys. 2: also captured_at and info, whole alias rows, the
+capture log and the capture metadata, with one digest per item kept in the seal row."""
+
+SEALED_META = ("incident_id", "title", "created_at", "captured_on", "capture_started", "since", "complete",
+               "merged_from")
+"""Metadata keys that say where the evidence came from; ``schema_version`` changes with every migration."""
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(_canonical(value).encode()).hexdigest()
+
+
+def _named(art: dict[str, Any]) -> str:
+    return f"{art['sha256']} ({art['kind']} {art['source']}, host {art['host'] or '-'})"
 
 
 def _pack(block: bytes) -> tuple[bytes, str | None]:

@@ -3,13 +3,15 @@
 Evidence tables (artifact, artifact_chunk, event, gpu_sample, gpu_inventory, topology, series,
 host_inventory, capture_log) are written at capture/ingest and never updated afterwards.
 Responder work goes to ``journal``, append-only, with author and time.
+Each ``seal`` row records how its digest was computed (``digest_version``), so a bundle sealed by an
+older gpuwb is verified the way it was sealed.
 """
 
 from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _V1 = """
 CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR);
@@ -96,7 +98,15 @@ CREATE TABLE journal (
 );
 """
 
-MIGRATIONS: dict[int, str] = {1: _V1}
+_V2 = """
+ALTER TABLE seal ADD COLUMN digest_version INTEGER;
+ALTER TABLE seal ADD COLUMN items JSON;
+UPDATE seal SET digest_version = 1;
+"""
+"""Version 2: the seal covers every provenance field and keeps a digest per artifact (``items``) so that
+verify can name what changed; seals written before stay version 1."""
+
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
 """Version -> DDL that brings a bundle from version-1 to version."""
 
 EVIDENCE_TABLES = ("event", "gpu_sample", "gpu_inventory", "topology", "series", "host_inventory")
