@@ -3,8 +3,8 @@
 A value is masked when its name says it is a secret (``HF_TOKEN=``, ``--password x``,
 ``"apiKey": "..."``, ``password: ...``, a Kubernetes env entry named ``WANDB_API_KEY``), when it
 follows ``Authorization:``/``Bearer``, sits in a URL's ``user:password@``, is a PEM private key, or
-has the shape of a well-known token (``ghp_…``, ``hf_…``, ``AKIA…``, ``sk-…``). The names stay so
-responders still see that the variable was set.
+has the shape of a well-known token (``ghp_…``, ``hf_…``, ``AKIA…``, ``sk-…``, a JWT ``eyJ….eyJ….…``).
+The names stay so responders still see that the variable was set.
 
 Names are judged by their last word, not by a substring: ``NCCL_IB_PKEY``, ``MAX_TOKENS``,
 ``TOKENIZERS_PARALLELISM``, ``SSH_AUTH_SOCK``, ``PWD`` and ``-p 8080`` are settings a responder
@@ -70,7 +70,8 @@ _PEM = re.compile(rb"(?P<lead>-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----\r?\n)(?P<val
 _TOKEN_SHAPE = re.compile(
     rb"\b(?P<value>gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}|glpat-[A-Za-z0-9_-]{20,}"
     rb"|xox[abprs]-[A-Za-z0-9-]{10,}|hf_[A-Za-z0-9]{30,}|sk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}"
-    rb"|(?:AKIA|ASIA)[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{35})\b")
+    rb"|(?:AKIA|ASIA)[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{35}"
+    rb"|eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})\b")
 
 _NAMED = (_JSON_ENV, _YAML_ENV, _JSON_PAIR, _YAML_PAIR, _OPTION, _ASSIGN)
 """Patterns led by a name, most specific first: once a value is masked, the broader patterns see the
@@ -80,7 +81,7 @@ _SPAN_LINES = 3
 """A Kubernetes env entry puts the value up to two lines below its name."""
 _GATED = ((_PEM, (b"PRIVATE KEY-----",)), (_URL_CRED, (b"://",)),
           (_TOKEN_SHAPE, (b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_", b"github_pat_", b"glpat-", b"xox", b"hf_",
-                          b"sk-", b"AKIA", b"ASIA", b"AIza")))
+                          b"sk-", b"AKIA", b"ASIA", b"AIza", b"eyJ")))
 """Patterns run over the whole block, each only when one of its literals occurs in it at all."""
 _GATED_ANY_CASE = ((_HEADER, (b"authorization", b"api-key", b"auth-token", b"private-token", b"vault-token")),
                    (_BEARER, (b"bearer",)))
