@@ -22,7 +22,7 @@ import bisect
 import json
 import math
 import re
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -31,6 +31,7 @@ from typing import Any
 import duckdb
 
 from collectors.base import normalize_pci
+from workbench.rank_places import rank_places
 
 LOW_SCORE = 0.2
 """Below this a hypothesis is background: the engine does not call it a root cause."""
@@ -62,23 +63,16 @@ class Place:
     @classmethod
     def of(cls, con: duckdb.DuckDBPyConnection) -> Place:
         place = cls()
-        rows = con.execute(
-            "SELECT rank, host, gpu, coalesce(comm_id, ''), coalesce(nranks, 0) FROM topology "
-            "WHERE rank IS NOT NULL").fetchall()
-        world = max(rows, key=lambda r: r[4])[3] if rows else None
-        seen: dict[int, set[tuple[str | None, str | None]]] = defaultdict(set)
-        for rank, host, gpu, comm, _ in rows:
-            if host:
-                place.job_hosts.add(host)
-                if gpu:
-                    place.gpus_in_use.setdefault(host, set()).add(_pci(gpu))
-            if comm == world:
-                seen[rank].add((host, _pci(gpu)))
-        for rank, places in seen.items():
-            hosts = {h for h, _ in places}
-            if len(hosts) == 1:
-                gpus = {g for _, g in places if g}
-                place.rank_place[rank] = (next(iter(hosts)), next(iter(gpus)) if len(gpus) == 1 else None)
+        for host, gpu in con.execute("SELECT DISTINCT host, gpu FROM topology WHERE host IS NOT NULL").fetchall():
+            place.job_hosts.add(host)
+            if gpu:
+                place.gpus_in_use.setdefault(host, set()).add(_pci(gpu))
+        for rank, where in rank_places(con).items():
+            place.rank_place[rank] = (where.host, _pci(where.gpu))
+            if where.host:
+                place.job_hosts.add(where.host)
+                if where.gpu:
+                    place.gpus_in_use.setdefault(where.host, set()).add(_pci(where.gpu))
         place.machines = {r[0] for r in con.execute(
             "SELECT DISTINCT host FROM event WHERE host IS NOT NULL AND coalesce(ts_origin, '') <> 'derived' "
             "UNION SELECT DISTINCT host FROM gpu_sample WHERE host IS NOT NULL "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +26,12 @@ HERE = Path(__file__).resolve().parent
 FOLDERS = sorted(p for p in HERE.iterdir() if (p / "expected.yaml").is_file())
 
 
+TRAINING = [f for f in FOLDERS if yaml.safe_load((f / "expected.yaml").read_text())["workload"] == "training"]
+CASES = [(f, "as_is") for f in FOLDERS] + [(f, v) for v in ("no_nccl_info", "old_init") for f in TRAINING]
+"""Every training scenario also as a job that ran with NCCL_DEBUG below INFO, and as one whose NCCL predates
+the 2.19 init lines (no commId, no nRanks/localRanks summary, bus ids in the channel lines)."""
+
+
 def hand_over(folder: Path, tmp_path: Path, captured_at: str) -> Path:
     """The evidence as the responder has it: the folder without expected.yaml, files dated at capture."""
     target = tmp_path / folder.name
@@ -36,15 +43,52 @@ def hand_over(folder: Path, tmp_path: Path, captured_at: str) -> Path:
     return target
 
 
-def analyze(folder: Path, tmp_path: Path) -> tuple[dict, dict]:
+def analyze(folder: Path, tmp_path: Path, variant: str = "as_is") -> tuple[dict, dict]:
     want = yaml.safe_load((folder / "expected.yaml").read_text())
     evidence = hand_over(folder, tmp_path, want["captured_at"])
+    rewrite(evidence, variant)
     bundle = tmp_path / "incident.duckdb"
     code, out, err = run_cli("ingest", bundle, evidence)
     assert code == 0, err or out
     code, out, err = run_cli("analyze", bundle, "--json")
     assert code == 0, err
     return json.loads(out), want
+
+
+_OLD_COMPLETE = re.compile(r"NCCL INFO (?:ncclCommInitRank )?comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) "
+                           r"nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+) nvmlDev \d+ busId (?P<bus>[0-9a-f]+) "
+                           r"commId 0x[0-9a-f]+ - Init COMPLETE")
+_NEW_ONLY = re.compile(r"NCCL INFO (?:ncclCommInitRank comm .* - Init START|comm 0x[0-9a-f]+ rank \d+ nRanks )")
+_CHANNEL = re.compile(r"Channel (?P<ch>\d+)/\d+ : (?P<src>\d+)\[\d+\] -> (?P<dst>\d+)\[\d+\]")
+
+
+def rewrite(folder: Path, variant: str) -> None:
+    """The scenario as another job would have logged it: ``no_nccl_info`` drops every NCCL INFO line
+    (NCCL_DEBUG=WARN, or unset); ``old_init`` writes NCCL's init lines as releases before 2.19 did
+    (``comm 0x7fdf08000d00 rank 15 nranks 16 cudaDev 7 busId e7000 - Init COMPLETE``,
+    https://github.com/NVIDIA/nccl/issues/629; ``Channel 00 : 0[1b000] -> 1[1c000] via P2P/IPC``)."""
+    if variant == "as_is":
+        return
+    files = [p for p in sorted(folder.rglob("*")) if p.is_file()]
+    texts = {p: p.read_text(errors="surrogateescape") for p in files}
+    bus = {m["rank"]: m["bus"] for text in texts.values() for m in _OLD_COMPLETE.finditer(text)}
+    for path, text in texts.items():
+        lines = text.splitlines(keepends=True)
+        if variant == "no_nccl_info":
+            kept = [line for line in lines if "NCCL INFO" not in line]
+        else:
+            kept = [_old(line, bus) for line in lines if not _NEW_ONLY.search(line)]
+        if kept != lines:
+            stat = path.stat()
+            path.write_text("".join(kept), errors="surrogateescape")
+            os.utime(path, (stat.st_atime, stat.st_mtime))
+
+
+def _old(line: str, bus: dict[str, str]) -> str:
+    line = _OLD_COMPLETE.sub(lambda m: f"NCCL INFO comm {m['comm']} rank {m['rank']} nranks {m['nranks']} "
+                                       f"cudaDev {m['dev']} busId {m['bus']} - Init COMPLETE", line)
+    return _CHANNEL.sub(lambda m: f"Channel {m['ch']} : {m['src']}[{bus.get(m['src'], '0')}] -> "
+                                  f"{m['dst']}[{bus.get(m['dst'], '0')}]", line)
 
 
 def test_suite_covers_both_workloads_and_every_layer() -> None:
@@ -56,9 +100,9 @@ def test_suite_covers_both_workloads_and_every_layer() -> None:
     assert any(w.get("no_anomaly") for w in wants)
 
 
-@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
-def test_scenario(folder: Path, tmp_path: Path) -> None:
-    result, want = analyze(folder, tmp_path)
+@pytest.mark.parametrize(("folder", "variant"), CASES, ids=[f"{f.name}-{v}" for f, v in CASES])
+def test_scenario(folder: Path, variant: str, tmp_path: Path) -> None:
+    result, want = analyze(folder, tmp_path, variant)
     assert result["workload"] == want["workload"]
     hyps = result["hypotheses"]
     if want.get("no_anomaly"):

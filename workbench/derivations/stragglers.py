@@ -35,6 +35,7 @@ from typing import Any
 import duckdb
 
 from collectors.base import Event
+from workbench.rank_places import rank_places, world_size
 
 NAME = "stragglers"
 MAX_LISTED = 4096
@@ -99,18 +100,14 @@ def _pg(attrs: dict[str, Any]) -> str:
 
 
 class RankTopology:
-    """Rank -> host and GPU from NCCL init lines, preferring the largest (world) communicator."""
+    """Rank -> host and GPU as workbench/rank_places.py places them (NCCL init lines of the world
+    communicator, else launcher evidence), and the job's size."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
-        self.world: dict[str | None, int] = {}
-        self.where: dict[tuple[str | None, int], tuple[int, str | None, str | None, str | None]] = {}
-        for host, rank, nranks, gpu, job, comm in con.execute(
-                "SELECT host, rank, nranks, gpu, job, comm_id FROM topology WHERE rank IS NOT NULL").fetchall():
-            nranks = nranks or 0
-            self.world[job] = max(self.world.get(job, 0), nranks)
-            key = (job, rank)
-            if key not in self.where or nranks > self.where[key][0]:
-                self.where[key] = (nranks, host, gpu, comm)
+        size = world_size(con)
+        self.world: dict[str | None, int] = {None: size} if size else {}
+        self.where: dict[tuple[str | None, int], tuple[int, str | None, str | None, str | None]] = {
+            (None, rank): (size, p.host, p.gpu, p.comm) for rank, p in rank_places(con).items()}
         self.seen = {r for (r,) in con.execute(
             "SELECT DISTINCT rank FROM event WHERE rank IS NOT NULL AND coalesce(ts_origin, '') <> 'derived'"
         ).fetchall()} | {rank for _, rank in self.where}
