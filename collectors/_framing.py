@@ -1,0 +1,526 @@
+"""How a line is framed, apart from what it says: one grammar of wrappers and time prefixes.
+
+lnav's model: a shared ``timestamp-format`` list and format files keep "when and where was this
+written" out of "what does it mean". Here every text collector, the sniffers and the signature
+catalog ask this module for a line's frame and get back the message body plus what the wrappers
+said (time, host, rank, stream), so a known message is recognised in whatever wrapper it arrives:
+
+- quoting: Markdown ``> `` quotes and code fences (what people paste into issues);
+- container framing: Kubernetes CRI (``2025-01-02T03:04:05.123456789Z stderr F ...``, ``P`` partial
+  lines joined), docker json-file (``{"log": "...", "stream": ..., "time": ...}``), ``kubectl logs
+  --timestamps`` (RFC 3339 then a space);
+- system logs: RFC 3164 syslog and journalctl short/short-precise (``Mar  6 09:55:01 host prog[pid]: ``),
+  RFC 5424, ISO syslog and journalctl short-iso(-precise), rsyslog's ``#012`` escaped newlines (split
+  into lines), ``<6>`` priorities and ``dmesg -x`` facility/level;
+- kernel rings: dmesg raw seconds ``[  123.456]``, ``dmesg -T`` ctime, ``dmesg -H``/``--reltime``
+  (``[May19 19:57]`` then ``[  +0.000127]`` deltas, accumulated), ``dmesg --time-format iso``;
+- launchers: pdsh/clush ``host: ``, ``srun --label`` ``3: ``, torchrun ``[rank3]:``/``[default3]:``,
+  mpirun ``[1,3]<stderr>:``, NCCL's ``host:pid:tid [dev]``;
+- program logs: glog ``I0306 09:55:01.123456 1234 file.cc:12]``, Python logging
+  (``2025-03-06 09:55:01,123 - name - LEVEL - `` and ``[2025-03-06 09:55:01,123] [INFO]``), vLLM
+  (``(EngineCore_DP0 pid=1) ERROR 03-06 09:55:01 [file.py:12]``), SGLang ``[2025-03-06 09:55:01 TP0]``,
+  and ISO-8601 with ``T`` or a space, with or without a fraction and a zone.
+
+Wrappers are peeled outermost first, repeatedly. The body left is always a suffix of the line
+(except a docker JSON string, which is decoded, and ``#012`` pieces). A line without a time keeps
+``ts`` None in :func:`peel`; :func:`frame_lines` then dates it from its dated neighbours and marks
+it approximate. No line is ever dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+
+from collectors.base import MONTHS, from_monotonic, infer_year
+
+ISO = (r"(?P<date>\d{4}-\d\d-\d\d)[T _](?P<clock>\d\d:\d\d:\d\d)(?:(?P<sep>[.,])(?P<frac>\d{1,9}))?"
+       r"(?P<tz>Z|[+-]\d\d(?::?\d\d)?)?")
+"""The one ISO-8601 timestamp pattern (``T``, space or torchelastic's ``_``; ``.`` or ``,`` fraction up to
+nanoseconds; ``Z`` or an offset); :func:`iso_time` turns its match into UTC."""
+ISO_RE = re.compile(ISO)
+LEVELS = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
+_LEVEL_WORDS = r"TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|CRITICAL|CRIT|FATAL|PANIC"
+
+
+@dataclass(slots=True)
+class Framed:
+    """One logical line: its message body and what its wrappers said about it."""
+
+    line: int
+    message: str
+    ts: datetime | None = None
+    ts_approx: bool = False
+    ts_raw: str | None = None
+    ts_origin: str = "none"
+    host: str | None = None
+    rank: int | None = None
+    local_rank: int | None = None
+    stream: str | None = None
+    level: str | None = None
+    program: str | None = None
+    pid: int | None = None
+    mono: float | None = None
+    delta: float | None = None
+    """``dmesg -H`` seconds after the last absolute stamp; :func:`frame_lines` adds them up."""
+    end_line: int | None = None
+    """Last physical line of a record joined from CRI partial lines (None: the record is one line)."""
+    wrappers: tuple[str, ...] = field(default_factory=tuple)
+    partial: bool = False
+
+
+def iso_time(m: re.Match[str]) -> datetime | None:
+    """UTC time of an :data:`ISO` match; no zone means UTC (how every collector here reads it)."""
+    frac = (m.group("frac") or "")[:6].ljust(6, "0")
+    tz = m.group("tz") or "+00:00"
+    if tz == "Z":
+        tz = "+00:00"
+    elif ":" not in tz:
+        tz = f"{tz[:3]}:{tz[3:] or '00'}"
+    try:
+        when = datetime.fromisoformat(f"{m.group('date')}T{m.group('clock')}.{frac}{tz}")
+    except ValueError:
+        return None
+    return when.astimezone(timezone.utc)
+
+
+def parse_iso(text: str) -> datetime | None:
+    """ISO-8601-like text as UTC, or None when it is not one."""
+    m = ISO_RE.fullmatch(text.strip())
+    return iso_time(m) if m else None
+
+
+# -- the wrapper rules, outermost kinds first ---------------------------------------------------------
+
+_FENCE = re.compile(r"\s{0,3}(?:```|~~~)[\w+-]*\s*$")
+_QUOTE = re.compile(r"\s{0,3}> ?")
+_CRI = re.compile(rf"(?P<iso>{ISO}) (?P<stream>stdout|stderr) (?P<tag>[FP])(?: |$)")
+_RFC5424 = re.compile(rf"<(?P<pri>\d{{1,3}})>1 (?P<iso>{ISO}) (?P<host>\S+) (?P<app>\S+) (?P<procid>\S+) \S+ "
+                      r"(?:-|(?:\[(?:[^\]\\]|\\.)*\])+) ?")
+_PRIO = re.compile(r"<(?P<pri>\d{1,3})>")
+_DECODE = re.compile(r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])\s*:"
+                     r"(?P<lvl>emerg|alert|crit|err|warn|notice|info|debug)\s*: ?")
+_MPI = re.compile(r"\[(?P<job>\d+),(?P<rank>\d+)\]<(?P<stream>stdout|stderr|stddiag)>: ?")
+_TORCHRUN = re.compile(r"\[(?P<role>[A-Za-z_][A-Za-z_-]*?)(?P<rank>\d+)\]: ?")
+_SRUN = re.compile(r"\s{0,4}(?P<rank>\d{1,5}): (?=\S)")
+_NCCL = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?=NCCL |[^\s]+:\d+ NCCL )")
+_HOST = re.compile(r"(?P<host>[a-z][a-z0-9-]*\d[a-z0-9-]*(?:\.[a-z0-9-]+)*): (?=\S)")
+_DEVICE_NAMES = re.compile(r"(?:eth|en[opsx]|ib|bond|docker|veth|nvme|sd[a-z]|mlx|virbr|br|wl|lo|tun|tap|dm-|md|"
+                           r"loop|nvidia|usb|cpu|card|hid|input|sr|vd|xvd|nbd|rbd|hv|mmc|ata|scsi|host|port|nv)\d")
+_HOST_NEXT = re.compile(r"[\[\d<{(]|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) |NVRM|NCCL|kernel:|nvidia|"
+                        r"CUDA|RuntimeError|torch")
+"""What may follow a pdsh/clush ``host: `` label whose host has no ``-`` or ``.``: a frame or a known
+message (so a kernel line such as ``e1000e: eth0 NIC Link is Up`` keeps its device name)."""
+_VLLM_PROC = re.compile(r"\((?P<proc>[\w.-]+) pid=(?P<pid>\d+)\) ")
+_RAW = re.compile(r"\[\s*(?P<mono>\d{1,10}\.\d{1,9})\] ?")
+_DELTA = re.compile(r"\[\s*\+(?P<delta>\d{1,10}\.\d{1,9})\] ?")
+_CTIME = re.compile(r"\[(?:[A-Z][a-z]{2}\s+)?(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2})\s+(?P<clock>\d\d:\d\d:\d\d)"
+                    r"\s+(?P<year>\d{4})\] ?")
+_HUMAN = re.compile(r"\[(?P<mon>[A-Z][a-z]{2}) ?(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d(?::\d\d)?)\] ?")
+_SYSLOG = re.compile(r"(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d{1,9}))?"
+                     r"(?: (?P<year>\d{4}))? ")
+_PYLOG = re.compile(rf"(?P<iso>{ISO}) - (?P<name>\S+) - (?P<lvl>[A-Z]+) - ")
+_BRACKET_ISO = re.compile(rf"\[(?P<iso>{ISO})(?P<tag> [^\]]{{1,40}})?\]:? ?")
+_PLAIN_ISO = re.compile(rf"(?P<iso>{ISO})(?: |$)")
+_GLOG = re.compile(r"(?P<lvl>[IWEF])(?P<mon>\d\d)(?P<day>\d\d) (?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d{1,9}))?"
+                   r"\s+(?P<pid>\d+) (?P<file>[^\]\s]+:\d+)\] ?")
+_VLLM = re.compile(rf"(?P<lvl>{_LEVEL_WORDS}) (?P<mon>\d\d)-(?P<day>\d\d) (?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?"
+                   r" (?:\[?(?P<file>[\w./-]+:\d+)\]? )?")
+_IDENT = re.compile(r"(?:(?P<host>[^\s\[\]:]+) )?(?P<prog>[\w./@-]+)(?:\[(?P<pid>\d+)\])?:(?: |$)")
+_LEVEL = re.compile(rf"(?:\[(?P<l1>{_LEVEL_WORDS})\]|(?P<l2>{_LEVEL_WORDS})\b:?)\s+", re.IGNORECASE)
+_ESCAPE_NL = "#012"
+
+
+def peel(text: str, line: int = 0, *, reference: datetime | None = None, boot: datetime | None = None) -> Framed:
+    """The frame of one physical line, without looking at its neighbours.
+
+    ``reference`` dates year-less stamps (syslog, glog, vLLM, ``dmesg -H``); ``boot`` turns dmesg
+    seconds into UTC. Never raises; a line nothing matches comes back whole as its own body."""
+    out = Framed(line=line, message=text)
+    wrappers: list[str] = []
+    pos = 0
+    timed = False
+    for _ in range(12):
+        step = _peel_once(text, pos, out, wrappers, timed, reference, boot)
+        if step is None:
+            break
+        pos, timed = step
+    if wrappers and wrappers[0] == "docker_json":
+        return out
+    out.message = text[pos:]
+    out.wrappers = tuple(wrappers)
+    return out
+
+
+def _peel_once(text: str, pos: int, out: Framed, wrappers: list[str], timed: bool,
+               reference: datetime | None, boot: datetime | None) -> tuple[int, bool] | None:
+    """One wrapper off the front of ``text[pos:]``: (new position, whether it was a time), or None."""
+    first = text[pos:pos + 1]
+    if not first:
+        return None
+    if pos == 0 and first == "{" and text.startswith('{"log":'):
+        return _docker(text, out, wrappers, reference, boot)
+    if first in " `~" and _FENCE.match(text, pos):
+        wrappers.append("fence")
+        return len(text), False
+    if first in " >" and (m := _QUOTE.match(text, pos)) and ">" in m.group(0):
+        wrappers.append("quote")
+        return m.end(), timed
+    if first.isdigit():
+        return _digit_led(text, pos, out, wrappers, timed, reference)
+    if first == "[":
+        return _bracket_led(text, pos, out, wrappers, reference, boot)
+    if first == "<":
+        if m := _RFC5424.match(text, pos):
+            _set_time(out, m, "iso", wrappers, "rfc5424")
+            out.level = out.level or LEVELS[int(m.group("pri")) & 7]
+            out.host = out.host or _nil(m.group("host"))
+            out.program = out.program or _nil(m.group("app"))
+            out.pid = out.pid or _int(m.group("procid"))
+            return m.end(), True
+        if m := _PRIO.match(text, pos):
+            out.level = out.level or LEVELS[int(m.group("pri")) & 7]
+            wrappers.append("priority")
+            return m.end(), timed
+        return None
+    if first == "(" and (m := _VLLM_PROC.match(text, pos)):
+        out.program = out.program or m.group("proc")
+        out.pid = out.pid or int(m.group("pid"))
+        wrappers.append("vllm_process")
+        return m.end(), timed
+    if first.isupper():
+        return _upper_led(text, pos, out, wrappers, timed, reference)
+    if first.islower():
+        return _lower_led(text, pos, out, wrappers, timed)
+    return None
+
+
+def _digit_led(text: str, pos: int, out: Framed, wrappers: list[str], timed: bool,
+               reference: datetime | None) -> tuple[int, bool] | None:
+    if m := _CRI.match(text, pos):
+        _set_time(out, m, "iso", wrappers, "cri")
+        out.stream = out.stream or m.group("stream")
+        out.partial = m.group("tag") == "P"
+        return m.end(), True
+    if m := _PYLOG.match(text, pos):
+        _set_time(out, m, "iso", wrappers, "python_logging")
+        out.level = out.level or _level(m.group("lvl"))
+        out.program = out.program or m.group("name")
+        return m.end(), True
+    if m := _PLAIN_ISO.match(text, pos):
+        _set_time(out, m, "iso", wrappers, "iso")
+        end = m.end()
+        if m.group("sep") == "," and m.group("tz") and "T" in m.group(0):
+            return end, True  # dmesg --time-format iso: the message follows directly
+        ident = _IDENT.match(text, end)
+        if ident and ident.group("host") and not _LEVEL.fullmatch(ident.group("host") + " "):
+            _set_ident(out, ident)
+            wrappers.append("syslog_ident")
+            return ident.end(), True
+        return end, True
+    if m := _NCCL.match(text, pos):
+        out.host = out.host or m.group("host")
+        out.pid = out.pid or int(m.group("pid"))
+        wrappers.append("nccl")
+        return m.end(), timed
+    if not timed and (m := _SRUN.match(text, pos)):
+        out.rank = out.rank if out.rank is not None else int(m.group("rank"))
+        wrappers.append("srun_label")
+        return m.end(), timed
+    return None
+
+
+def _bracket_led(text: str, pos: int, out: Framed, wrappers: list[str], reference: datetime | None,
+                 boot: datetime | None) -> tuple[int, bool] | None:
+    if m := _RAW.match(text, pos):
+        mono = float(m.group("mono"))
+        out.mono = out.mono if out.mono is not None else mono
+        if out.ts is None:
+            ts = from_monotonic(mono, boot)
+            out.ts, out.ts_raw, out.ts_origin, out.ts_approx = ts, m.group("mono"), "kernel_monotonic", ts is None
+        wrappers.append("dmesg")
+        return m.end(), True
+    if m := _DELTA.match(text, pos):
+        out.delta = float(m.group("delta"))
+        out.ts_raw = out.ts_raw or m.group(0).strip()
+        wrappers.append("dmesg_delta")
+        return m.end(), True
+    if m := _BRACKET_ISO.match(text, pos):
+        _set_time(out, m, "iso", wrappers, "iso")
+        return m.end(), True
+    if (m := _CTIME.match(text, pos)) and m.group("mon").lower() in MONTHS:
+        when = _civil(int(m.group("year")), m.group("mon"), m.group("day"), m.group("clock"))
+        if when is None:
+            return None
+        _set(out, when, m.group(0).strip(" []"), "dmesg_ctime", True)
+        wrappers.append("dmesg_ctime")
+        return m.end(), True
+    if (m := _HUMAN.match(text, pos)) and m.group("mon").lower() in MONTHS:
+        month = MONTHS[m.group("mon").lower()]
+        year, _ = infer_year(month, int(m.group("day")), reference)
+        clock = m.group("clock") if m.group("clock").count(":") == 2 else m.group("clock") + ":00"
+        when = _civil(year, m.group("mon"), m.group("day"), clock)
+        if when is None:
+            return None
+        _set(out, when, m.group(0).strip(" []"), "dmesg_human", True)
+        wrappers.append("dmesg_human")
+        return m.end(), True
+    if m := _MPI.match(text, pos):
+        out.rank = out.rank if out.rank is not None else int(m.group("rank"))
+        out.stream = out.stream or m.group("stream")
+        wrappers.append("mpirun")
+        return m.end(), False
+    if m := _TORCHRUN.match(text, pos):
+        value = int(m.group("rank"))
+        if m.group("role") == "rank":
+            out.rank = out.rank if out.rank is not None else value
+        else:
+            out.local_rank = out.local_rank if out.local_rank is not None else value
+        wrappers.append("torchrun")
+        return m.end(), False
+    if m := _LEVEL.match(text, pos):
+        out.level = out.level or _level(m.group("l1") or m.group("l2"))
+        wrappers.append("level")
+        return m.end(), False
+    return None
+
+
+def _upper_led(text: str, pos: int, out: Framed, wrappers: list[str], timed: bool,
+               reference: datetime | None) -> tuple[int, bool] | None:
+    if (m := _SYSLOG.match(text, pos)) and m.group("mon").lower() in MONTHS:
+        month, day = MONTHS[m.group("mon").lower()], int(m.group("day"))
+        year, approx = (int(m.group("year")), False) if m.group("year") else infer_year(month, day, reference)
+        when = _civil(year, m.group("mon"), m.group("day"), m.group("clock"))
+        if when is None:
+            return None
+        if m.group("frac"):
+            when += timedelta(microseconds=int(m.group("frac")[:6].ljust(6, "0")))
+        _set(out, when, m.group(0).strip(), "syslog_noyear", approx)
+        wrappers.append("syslog")
+        end = m.end()
+        if ident := _IDENT.match(text, end):
+            _set_ident(out, ident)
+            wrappers.append("syslog_ident")
+            end = ident.end()
+        return end, True
+    if (m := _GLOG.match(text, pos)) and 1 <= int(m.group("mon")) <= 12:
+        return _month_day(text, m, out, wrappers, reference, "glog")
+    if (m := _VLLM.match(text, pos)) and 1 <= int(m.group("mon")) <= 12:
+        return _month_day(text, m, out, wrappers, reference, "vllm")
+    if timed and (m := _LEVEL.match(text, pos)):
+        out.level = out.level or _level(m.group("l1") or m.group("l2"))
+        wrappers.append("level")
+        return m.end(), False
+    return None
+
+
+def _lower_led(text: str, pos: int, out: Framed, wrappers: list[str], timed: bool) -> tuple[int, bool] | None:
+    if m := _DECODE.match(text, pos):
+        out.level = out.level or m.group("lvl")
+        wrappers.append("dmesg_decode")
+        return m.end(), timed
+    if m := _NCCL.match(text, pos):
+        out.host = out.host or m.group("host")
+        out.pid = out.pid or int(m.group("pid"))
+        wrappers.append("nccl")
+        return m.end(), timed
+    if text.startswith("kernel: ", pos):
+        out.program = out.program or "kernel"
+        wrappers.append("syslog_ident")
+        return pos + 8, timed
+    if not timed and (m := _HOST.match(text, pos)) and not _DEVICE_NAMES.match(m.group("host")) and (
+            "-" in m.group("host") or "." in m.group("host") or _HOST_NEXT.match(text, m.end())):
+        out.host = out.host or m.group("host")
+        wrappers.append("host_label")
+        return m.end(), False
+    return None
+
+
+def _docker(text: str, out: Framed, wrappers: list[str], reference: datetime | None,
+            boot: datetime | None) -> tuple[int, bool] | None:
+    """docker json-file: the ``log`` string is the line (its newline dropped), framed again inside."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("log"), str):
+        return None
+    inner = peel(doc["log"].rstrip("\r\n"), out.line, reference=reference, boot=boot)
+    stamp = parse_iso(str(doc.get("time", "")))
+    if stamp is not None:
+        inner.ts, inner.ts_raw, inner.ts_origin, inner.ts_approx = stamp, str(doc["time"]), "iso", False
+    stream = doc.get("stream")
+    inner.stream = stream if isinstance(stream, str) else inner.stream
+    inner.partial = not doc["log"].endswith("\n")
+    for name in Framed.__slots__:
+        setattr(out, name, getattr(inner, name))
+    out.wrappers = ("docker_json", *inner.wrappers)
+    wrappers.append("docker_json")
+    return None
+
+
+def _month_day(text: str, m: re.Match[str], out: Framed, wrappers: list[str], reference: datetime | None,
+               name: str) -> tuple[int, bool] | None:
+    """glog and vLLM print month and day without a year: the year comes from dated evidence."""
+    month, day = int(m.group("mon")), int(m.group("day"))
+    year, approx = infer_year(month, day, reference)
+    try:
+        when = datetime(year, month, day, *map(int, m.group("clock").split(":")), tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    if m.group("frac"):
+        when += timedelta(microseconds=int(m.group("frac")[:6].ljust(6, "0")))
+    _set(out, when, m.group(0).strip(), "syslog_noyear", approx)
+    out.level = out.level or _level(m.group("lvl"))
+    if name == "glog":
+        out.pid = out.pid or int(m.group("pid"))
+    wrappers.append(name)
+    return m.end(), True
+
+
+def _set_time(out: Framed, m: re.Match[str], origin: str, wrappers: list[str], name: str) -> None:
+    when = iso_time(m)
+    if when is not None:
+        _set(out, when, m.group("iso"), origin, False)
+    wrappers.append(name)
+
+
+def _set(out: Framed, when: datetime, raw: str, origin: str, approx: bool) -> None:
+    """The outermost time wins, unless it was approximate and an inner one is exact."""
+    if out.ts is None or (out.ts_approx and not approx):
+        out.ts, out.ts_raw, out.ts_origin, out.ts_approx = when, raw, origin, approx
+
+
+def _set_ident(out: Framed, m: re.Match[str]) -> None:
+    out.host = out.host or m.group("host")
+    out.program = out.program or m.group("prog")
+    if m.group("pid"):
+        out.pid = out.pid or int(m.group("pid"))
+
+
+def _civil(year: int, mon: str, day: str, clock: str) -> datetime | None:
+    try:
+        return datetime(year, MONTHS[mon.lower()], int(day), *map(int, clock.split(":")), tzinfo=timezone.utc)
+    except (ValueError, KeyError):
+        return None
+
+
+def _level(word: str) -> str:
+    word = word.lower()
+    return {"warning": "warn", "error": "err", "critical": "crit", "fatal": "crit", "panic": "emerg",
+            "trace": "debug", "w": "warn", "e": "err", "i": "info", "f": "crit"}.get(word, word)
+
+
+def _nil(value: str) -> str | None:
+    return None if value == "-" else value
+
+
+def _int(value: str) -> int | None:
+    return int(value) if value.isdigit() else None
+
+
+# -- whole streams: joins, splits and times from neighbours -------------------------------------------
+
+MAX_UNDATED_HEAD = 1000
+"""Undated lines held back waiting for the first dated one; past this they go out without a time."""
+
+
+def frame_lines(lines: Iterable[tuple[int, str]] | Iterable[str], *, reference: datetime | None = None,
+                boot: datetime | None = None) -> Iterator[Framed]:
+    """Every line framed, in order: CRI/docker partial lines joined, ``#012`` split, ``dmesg -H``
+    deltas added to their base, and undated lines dated from the nearest dated one (approximate).
+
+    ``lines`` are text lines or (line number, text) pairs."""
+    state = _Dating(reference, boot)
+    partial: Framed | None = None
+    for n, item in enumerate(lines, start=1):
+        lineno, text = item if isinstance(item, tuple) else (n, item)
+        rec = peel(text, lineno, reference=state.reference, boot=boot)
+        if partial is not None:
+            if _continues(partial, rec):
+                rec = replace(partial, message=partial.message + rec.message, partial=rec.partial,
+                              end_line=rec.end_line or rec.line)
+            else:
+                partial.partial = False
+                yield from state.push(partial)
+            partial = None
+        if rec.partial:
+            partial = rec
+            continue
+        yield from state.push(rec)
+    if partial is not None:
+        partial.partial = False
+        yield from state.push(partial)
+    yield from state.flush()
+
+
+def _continues(head: Framed, tail: Framed) -> bool:
+    """A CRI ``P`` (or docker unterminated) line goes on in the next line of the same stream."""
+    return tail.stream == head.stream and bool({"cri", "docker_json"} & set(tail.wrappers))
+
+
+class _Dating:
+    """Times that need neighbours: ``dmesg -H`` deltas and undated lines, in one pass."""
+
+    def __init__(self, reference: datetime | None, boot: datetime | None) -> None:
+        self.reference = reference
+        self.boot = boot
+        self.pending: list[Framed] = []
+        self.last: Framed | None = None
+        self.base: datetime | None = None
+        self.offset = 0.0
+
+    def push(self, rec: Framed) -> Iterator[Framed]:
+        for piece in _split_escaped(rec, self.reference, self.boot):
+            if piece.ts_origin == "dmesg_human":
+                self.base, self.offset = piece.ts, 0.0
+            elif piece.delta is not None and self.base is not None:
+                self.offset += piece.delta
+                piece.ts = self.base + timedelta(seconds=self.offset)
+                piece.ts_origin, piece.ts_approx = "dmesg_human", True
+            if piece.ts is None:
+                if self.last is not None:
+                    _from_neighbour(piece, self.last)
+                    yield piece
+                elif len(self.pending) < MAX_UNDATED_HEAD:
+                    self.pending.append(piece)
+                else:
+                    yield from self.flush()
+                    yield piece
+                continue
+            if self.reference is None and not piece.ts_approx:
+                self.reference = piece.ts
+            self.last = piece
+            for held in self.pending:
+                _from_neighbour(held, piece)
+            yield from self.flush()
+            yield piece
+
+    def flush(self) -> Iterator[Framed]:
+        held, self.pending = self.pending, []
+        yield from held
+
+
+def _split_escaped(rec: Framed, reference: datetime | None, boot: datetime | None) -> list[Framed]:
+    """rsyslog writes a multi-line message as one line with ``#012`` for each newline: split it back."""
+    if _ESCAPE_NL not in rec.message:
+        return [rec]
+    parts = rec.message.replace("#011", "\t").split(_ESCAPE_NL)
+    out = [replace(rec, message=parts[0], wrappers=(*rec.wrappers, "escaped_newlines"))]
+    for part in parts[1:]:
+        inner = peel(part, rec.line, reference=reference, boot=boot)
+        if inner.ts is None:
+            inner.ts, inner.ts_raw, inner.ts_origin, inner.ts_approx = rec.ts, rec.ts_raw, rec.ts_origin, rec.ts_approx
+        for name in ("host", "rank", "stream", "program", "pid"):
+            if getattr(inner, name) is None:
+                setattr(inner, name, getattr(rec, name))
+        inner.wrappers = (*rec.wrappers, "escaped_newlines", *inner.wrappers)
+        out.append(inner)
+    return out
+
+
+def _from_neighbour(rec: Framed, dated: Framed) -> None:
+    rec.ts, rec.ts_origin, rec.ts_approx = dated.ts, "neighbour", True
