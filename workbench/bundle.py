@@ -32,12 +32,13 @@ from collectors.base import (
     to_utc,
 )
 from workbench import schema
+from workbench.errors import GpuwbError
 
 CHUNK_BYTES = 4 << 20
 """Raw bytes are stored in chunks so that a multi-GB log is streamed, never held whole."""
 
 
-class BundleError(Exception):
+class BundleError(GpuwbError):
     """A problem with a bundle file that the user can act on; printed as one line."""
 
 
@@ -411,7 +412,7 @@ class Bundle:
                 for block in self.artifact_bytes(art["id"]):
                     digest.update(block)
                     size += len(block)
-            except (OSError, ValueError, pa.ArrowException) as exc:
+            except (OSError, ValueError, BundleError, pa.ArrowException) as exc:
                 problems.append(f"artifact altered: {_named(art)}: stored chunk no longer expands ({exc})")
                 continue
             if digest.hexdigest() != art["sha256"] or size != art["size"]:
@@ -489,10 +490,10 @@ def _unpack(data: bytes, codec: str | None, raw_size: int) -> bytes:
     if codec is None:
         return data
     if codec != "zstd":
-        raise ValueError(f"unknown chunk codec {codec!r}")
+        raise BundleError(f"unknown chunk codec {codec!r} (a damaged bundle?)")
     out = pa.decompress(data, decompressed_size=raw_size, codec="zstd", asbytes=True)
     if len(out) != raw_size:
-        raise ValueError("chunk expands to the wrong size")
+        raise BundleError("a stored chunk expands to the wrong size (a damaged bundle?)")
     return out
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 import playbooks
+from workbench.errors import GpuwbError
 
 LAYERS = ("business", "scheduling", "gpu", "network_storage", "hardware")
 
@@ -38,7 +39,7 @@ _REQUIRED = ("layer", "title", "scope", "description", "symptoms", "remediation"
              "absorbs")
 
 
-class CatalogError(ValueError):
+class CatalogError(GpuwbError, ValueError):
     """The cause catalog does not match its schema; the message names the cause and field."""
 
 

@@ -1,6 +1,7 @@
 """``gpuwb``: the command line. Each sub-command is a module of ``workbench.commands``.
 
-Usage and input errors exit 2 with one line on stderr, never a traceback.
+Usage and input errors exit 2 with one line on stderr, never a traceback. Anything else is a bug:
+one line saying so, the traceback kept in a file that line names, exit 70 (EX_SOFTWARE).
 """
 
 from __future__ import annotations
@@ -10,50 +11,23 @@ import importlib
 import os
 import pkgutil
 import sys
+import tempfile
+import traceback
 from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
 
 import duckdb
 
 import workbench.commands
 from workbench import __version__
-from workbench.bundle import BundleError
-from workbench.ingest import IngestError
+from workbench.errors import GpuwbError
 from workbench.table import printable
 
 COMMAND_ORDER = ("capture", "ingest", "timeline", "analyze", "open", "report", "export", "verify", "merge",
                  "demo")
-
-
-class UsageError(Exception):
-    """A mistake in how gpuwb was called; printed as one line, exit 2."""
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: a count that must be at least 1 (``--top``)."""
-    return int(_at_least(text, int, 1, "a whole number of 1 or more"))
-
-
-def non_negative_int(text: str) -> int:
-    """An argparse type: a limit that may be 0 (``--limit``)."""
-    return int(_at_least(text, int, 0, "a whole number of 0 or more"))
-
-
-def positive_float(text: str) -> float:
-    """An argparse type: a factor that must be above 0 (``--timeout-scale``)."""
-    value = _at_least(text, float, 0, "a number above 0")
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number above 0")
-    return value
-
-
-def _at_least(text: str, kind: type, low: float, what: str) -> float:
-    try:
-        value = kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-    if not value >= low:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
-    return value
+EX_SOFTWARE = 70
+"""Exit status of an internal error (a bug), as sysexits.h names it."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -94,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = int(args._run(args) or 0)
         sys.stdout.flush()  # here, not at exit: a closed pipe must end up in the handler below
         return code
-    except (BundleError, IngestError, UsageError, ValueError) as exc:
+    except GpuwbError as exc:
         print(f"gpuwb: error: {printable(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
@@ -111,6 +85,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gpuwb: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug: say so in one line, keep the traceback for the bug report
+        saved = _save_traceback(exc, argv if argv is not None else sys.argv[1:])
+        where = f"traceback saved to {saved}" if saved else "the traceback could not be saved"
+        message = printable((str(exc).splitlines() or [""])[0])
+        print(f"gpuwb: internal error: {type(exc).__name__}: {message} ({where})", file=sys.stderr)
+        return EX_SOFTWARE
+
+
+def traceback_dirs() -> list[Path]:
+    """Where internal-error tracebacks go: ``$XDG_STATE_HOME/gpuwb`` (else ``~/.local/state/gpuwb``),
+    and the temp folder when that cannot be written."""
+    state = os.environ.get("XDG_STATE_HOME")
+    if not state:
+        try:
+            state = str(Path.home() / ".local" / "state")
+        except RuntimeError:  # no home directory known (a bare container's uid)
+            state = None
+    return ([Path(state) / "gpuwb"] if state else []) + [Path(tempfile.gettempdir())]
+
+
+def _save_traceback(exc: BaseException, argv: Sequence[str]) -> Path | None:
+    """The traceback, after the command line, in a new file; secrets in either are masked as in a
+    capture. None if no folder can be written (the one-line message is printed all the same)."""
+    from collectors._redact import redact_bytes
+
+    text = f"gpuwb {__version__} {' '.join(argv)}\n" + "".join(traceback.format_exception(exc))
+    data = redact_bytes(text.encode("utf-8", "replace"))[0]
+    name = f"gpuwb-internal-error-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{os.getpid()}.txt"
+    for folder in traceback_dirs():
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / name
+            with open(path, "xb") as f:
+                f.write(data)
+            return path
+        except OSError:
+            continue
+    return None
 
 
 def _silence_stdout() -> None:

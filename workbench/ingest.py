@@ -31,6 +31,7 @@ from collectors import registry
 from collectors.base import Event, HostFact, ParseContext, Skipped
 from workbench.bundle import Bundle
 from workbench.derive import run_derivations
+from workbench.errors import GpuwbError
 
 SNIFF_BYTES = 64 << 10
 QUICK_SNIFF_BYTES = 16 << 10
@@ -45,7 +46,7 @@ SHARED_DIRS = {"logs", "log", "slurm", "k8s", "kubernetes", "metrics", "promethe
                "serving", "deploys", "configs", "misc", "evidence", "incident"}
 
 
-class IngestError(Exception):
+class IngestError(GpuwbError):
     """An input that cannot be read at all (missing path, broken or hostile archive)."""
 
 

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from workbench.bundle import Bundle, BundleError, utc_naive
+from workbench.errors import InputError
 
 LAYERS = ("business", "scheduling", "gpu", "network_storage", "hardware")
 VERDICTS = ("fault", "suspect", "clear", "no_evidence")
@@ -94,13 +95,13 @@ def _require_writable(bundle: Bundle) -> None:
 def _author(author: str) -> str:
     author = (author or "").strip()
     if not author:
-        raise ValueError("an author is required for every journal entry")
+        raise InputError("an author is required for every journal entry")
     return author
 
 
 def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
     if value not in allowed:
-        raise ValueError(f"unknown {what} {value!r}; one of: {', '.join(allowed)}")
+        raise InputError(f"unknown {what} {value!r}; one of: {', '.join(allowed)}")
     return value
 
 
@@ -119,7 +120,7 @@ def add_note(bundle: Bundle, author: str, text: str, *, ts: datetime | None = No
              at: datetime | None = None) -> int:
     """A responder's note; ``ts`` places it on the incident timeline (default: when it was written)."""
     if not text.strip():
-        raise ValueError("a note needs text")
+        raise InputError("a note needs text")
     return _append(bundle, author, "note", "", {"text": text, "ts": _iso(ts)}, at)
 
 
@@ -135,7 +136,7 @@ def mark_root_cause(bundle: Bundle, author: str, cause: str, *, host: str | None
                     text: str = "", at: datetime | None = None) -> int:
     """The cause the responders agree on; it leads the report over the engine's first hypothesis."""
     if not cause.strip():
-        raise ValueError("a root cause needs a cause id")
+        raise InputError("a root cause needs a cause id")
     return _append(bundle, author, "root_cause", "incident", {"cause": cause, "host": host, "gpu": gpu, "text": text},
                    at)
 
@@ -144,7 +145,7 @@ def add_action_item(bundle: Bundle, author: str, title: str, *, owner: str | Non
                     due: str | None = None, source: str | None = None, at: datetime | None = None) -> str:
     """A follow-up; returns its id (``A1``, ``A2``, ...) for later updates."""
     if not title.strip():
-        raise ValueError("an action item needs a title")
+        raise InputError("an action item needs a title")
     _choice(priority, PRIORITIES, "priority")
     _require_writable(bundle)
     count = bundle.con.execute("SELECT count(DISTINCT target) FROM journal WHERE kind = 'action'").fetchall()[0][0]
@@ -159,7 +160,7 @@ def update_action_item(bundle: Bundle, author: str, item: str, *, at: datetime |
     """Change an action item's title/owner/priority/status/due; a new row holds only the changes."""
     unknown = set(changes) - set(_ACTION_FIELDS)
     if unknown:
-        raise ValueError(f"unknown action item field(s): {', '.join(sorted(unknown))}")
+        raise InputError(f"unknown action item field(s): {', '.join(sorted(unknown))}")
     if "priority" in changes:
         _choice(str(changes["priority"]), PRIORITIES, "priority")
     if "status" in changes:
@@ -168,7 +169,7 @@ def update_action_item(bundle: Bundle, author: str, item: str, *, at: datetime |
     known = bundle.con.execute("SELECT count(*) FROM journal WHERE kind = 'action' AND target = ?",
                                [item]).fetchall()[0][0]
     if not known:
-        raise ValueError(f"no action item {item!r}")
+        raise InputError(f"no action item {item!r}")
     return _append(bundle, author, "action", item, dict(changes), at)
 
 
@@ -181,7 +182,7 @@ def add_retro(bundle: Bundle, author: str, category: str, text: str, *, at: date
     """What went well / wrong, where we got lucky, or a contributing factor."""
     _choice(category, RETRO_KINDS, "retrospective category")
     if not text.strip():
-        raise ValueError("a retrospective entry needs text")
+        raise InputError("a retrospective entry needs text")
     return _append(bundle, author, "retro", category, {"text": text}, at)
 
 
@@ -206,7 +207,7 @@ def retract(bundle: Bundle, author: str, entry_id: int, reason: str = "", *, at:
     _require_writable(bundle)
     rows = bundle.con.execute("SELECT kind FROM journal WHERE id = ?", [entry_id]).fetchall()
     if not rows or rows[0][0] not in ("note", "retro"):
-        raise ValueError(f"no note or retrospective entry with id {entry_id}")
+        raise InputError(f"no note or retrospective entry with id {entry_id}")
     return _append(bundle, author, "retract", str(entry_id), {"reason": reason}, at)
 
 

@@ -18,6 +18,7 @@ import yaml
 
 from collectors.base import normalize_pci
 from workbench.causes import LAYERS, catalog_text, load_causes
+from workbench.errors import GpuwbError
 
 WORKLOADS = ("training", "inference")
 VERDICTS = ("fault", "suspect", "clear", "no_evidence")
@@ -37,7 +38,7 @@ _NEED = re.compile(r"^(kind|table|collector):[A-Za-z0-9_]+$")
 _ENGINE_PARAMS = {"horizon_s": 3600.0, "tolerance_s": 5.0}
 
 
-class PlaybookError(ValueError):
+class PlaybookError(GpuwbError, ValueError):
     """A playbook or check file that does not match the schema; names the file and field."""
 
 
@@ -279,9 +280,12 @@ def prepare(con: duckdb.DuckDBPyConnection) -> None:
     """Register what checks may join besides the bundle: ``xid_catalog`` (one row per Xid and cause).
 
     Temporary, so it works on a read-only bundle and is never stored in the evidence."""
-    from collectors._xid_catalog import parse_catalog  # the Xid catalog's schema lives with its collector
+    from collectors._xid_catalog import CatalogError, parse_catalog  # its schema lives with its collector
 
-    entries, _ = parse_catalog(catalog_text("xid.yaml"))
+    try:
+        entries, _ = parse_catalog(catalog_text("xid.yaml"))
+    except CatalogError as exc:  # an edited catalog is input like an edited playbook: one line
+        raise PlaybookError(f"xid.yaml: {exc}") from None
     rows = [(code, cause, info.follower, info.severity) for code, info in entries.items() for cause in info.causes]
     con.execute("CREATE OR REPLACE TEMP TABLE xid_catalog "
                 "(xid INTEGER, cause VARCHAR, follower BOOLEAN, severity VARCHAR)")

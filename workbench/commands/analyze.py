@@ -10,7 +10,7 @@ import textwrap
 from typing import Any
 
 from workbench.bundle import Bundle
-from workbench.cli import positive_int
+from workbench.commands._args import positive_int
 from workbench.table import printable
 
 NAME = "analyze"

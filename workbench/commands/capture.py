@@ -13,8 +13,9 @@ from pathlib import Path
 
 from collectors import registry
 from workbench.capture import CollectorOutcome, capture
-from workbench.cli import UsageError, positive_float
+from workbench.commands._args import positive_float
 from workbench.commands.summary import print_summary
+from workbench.errors import UsageError
 from workbench.table import format_table
 from workbench.timespec import parse_since
 
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     since = parse_since(args.since)
     output = Path(args.output or f"incident-{_hostname()}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.duckdb")
     if output.exists():
-        raise ValueError(f"{output} already exists; choose another -o")
+        raise UsageError(f"{output} already exists; choose another -o")
     if not output.parent.is_dir():  # found out now, not after every collector has run
         raise UsageError(f"-o {output}: folder {output.parent} does not exist")
     if not os.access(output.parent, os.W_OK):
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     known = {m.NAME for m in registry.all_collectors()}
     for name in (args.only or []) + args.skip:
         if name not in known:
-            raise ValueError(f"unknown collector {name!r}; known: {', '.join(sorted(known))}")
+            raise UsageError(f"unknown collector {name!r}; known: {', '.join(sorted(known))}")
     print(f"gpuwb capture: {len([m for m in registry.all_collectors() if hasattr(m, 'capture')])} collectors, "
           f"window since {since:%Y-%m-%d %H:%M:%S}Z -> {output}", file=sys.stderr)
     path, outcomes, complete = capture(output, since=since, options=options, only=args.only, skip=skip,

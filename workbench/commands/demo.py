@@ -27,13 +27,10 @@ def run(args: argparse.Namespace) -> int:
     # Deferred: the demo pulls in the engine and the report, which `gpuwb --help` need not load.
     from workbench.analysis import analyze
     from workbench.commands.analyze import render
-    from workbench.demo import SCENARIOS, DemoError, prepare, run_scenario
+    from workbench.demo import SCENARIOS, prepare, run_scenario
 
     out = Path(args.out)
-    try:
-        prepare(out)
-    except DemoError as exc:
-        raise ValueError(str(exc)) from None
+    prepare(out)
     started = time.monotonic()
     for scenario in SCENARIOS:
         if args.only and scenario.name != args.only:

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from workbench.bundle import Bundle
-from workbench.cli import UsageError
+from workbench.errors import UsageError
 from workbench.export import export_parquet, incident_key, read_back_counts
 from workbench.table import format_table
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from workbench.bundle import Bundle
-from workbench.cli import UsageError
+from workbench.errors import UsageError
 from workbench.report import FORMATS, build, render
 from workbench.table import printable
 from workbench.timespec import parse_instant

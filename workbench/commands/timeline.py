@@ -8,7 +8,7 @@ import sys
 
 from collectors.base import LAYERS
 from workbench.bundle import Bundle
-from workbench.cli import non_negative_int
+from workbench.commands._args import non_negative_int
 from workbench.query import EventFilter, event_json, iter_events
 from workbench.table import printable
 from workbench.timespec import parse_instant

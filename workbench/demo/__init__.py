@@ -21,6 +21,7 @@ from typing import Any
 from workbench import journal, report
 from workbench.bundle import Bundle
 from workbench.demo import inference, training
+from workbench.errors import UsageError
 from workbench.ingest import ingest_paths
 
 MARKER = ".gpuwb-demo"
@@ -65,7 +66,7 @@ class DemoResult:
     seconds: float
 
 
-class DemoError(ValueError):
+class DemoError(UsageError):
     """The output folder cannot be used (it holds something the demo did not write)."""
 
 
