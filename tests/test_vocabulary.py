@@ -1,0 +1,150 @@
+"""One vocabulary: every event the parsers and derivations write is declared in playbooks/events.yaml,
+docs/events.md is what that declaration generates, and the playbooks ask only for declared kinds."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+
+import pytest
+
+from collectors.vocabulary import (
+    LAYERS,
+    SEVERITIES,
+    SYMPTOM_KINDS,
+    SYMPTOMS,
+    VERDICT_MARKS,
+    VERDICTS,
+    event_kinds,
+    events_markdown,
+    problems,
+)
+from tests.conftest import CORPUS, ROOT
+from workbench.bundle import Bundle
+from workbench.demo import SCENARIOS as DEMOS
+from workbench.ingest import ingest_paths
+
+SCENARIOS = ROOT / "tests" / "scenarios"
+EMITTERS = sorted((ROOT / "collectors").glob("*.py")) + sorted((ROOT / "workbench" / "derivations").glob("*.py"))
+_KIND = re.compile(r"[a-z][a-z0-9_]*")
+
+
+@pytest.fixture(scope="module")
+def evidence_events(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str, str, str, dict]]:
+    """(where, kind, layer, severity, attrs) of every event of the corpus, each scenario and each demo
+    incident, ingested as a user would (derivations included)."""
+    tmp = tmp_path_factory.mktemp("vocabulary")
+    inputs = {"corpus": CORPUS}
+    inputs.update({p.name: p for p in sorted(SCENARIOS.iterdir()) if (p / "expected.yaml").exists()})
+    for demo in DEMOS:
+        demo.module.write(tmp / f"demo-{demo.name}")
+        inputs[f"demo-{demo.name}"] = tmp / f"demo-{demo.name}"
+    rows = []
+    for where, path in inputs.items():
+        with Bundle.create(tmp / f"{where}.duckdb") as bundle:
+            ingest_paths(bundle, [str(path)])
+            found = bundle.con.execute("SELECT kind, layer, severity, attrs FROM event").fetchall()
+        rows += [(where, kind, layer, severity, json.loads(attrs) if attrs else {})
+                 for kind, layer, severity, attrs in found]
+    return rows
+
+
+def test_every_event_of_the_corpus_scenarios_and_demos_is_declared(evidence_events: list) -> None:
+    wrong = sorted({f"{where}: {p}" for where, kind, layer, _, attrs in evidence_events
+                    for p in problems(kind, layer, attrs)})
+    assert wrong == []
+    assert {sev for *_, sev, _ in evidence_events} <= set(SEVERITIES)
+
+
+def test_the_evidence_exercises_most_of_the_vocabulary(evidence_events: list) -> None:
+    """The check above means something only if the evidence writes many kinds from many sources."""
+    seen = {kind for _, kind, *_ in evidence_events}
+    assert len(evidence_events) > 1000
+    assert len(seen) >= 55, sorted(seen)
+    assert {layer for _, _, layer, *_ in evidence_events} == set(LAYERS)
+
+
+def _strings(node: ast.expr) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.IfExp):
+        return _strings(node.body) + _strings(node.orelse)
+    return []
+
+
+def emitted_kinds(source: str) -> set[str]:
+    """Kinds written as literals: ``Event(kind=...)``, ``Finding("k", ...)``, ``Rule("k", ...)`` and the
+    collectors' ``_event(..., "k", ...)`` helpers (the first literal of the first two arguments)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if name == "Event":
+            found.update(s for kw in node.keywords if kw.arg == "kind" for s in _strings(kw.value))
+        elif name in ("Finding", "Rule") and node.args:
+            found.update(_strings(node.args[0]))
+        elif name == "_event":
+            found.update(next((s for arg in node.args[:2] if (s := _strings(arg))), []))
+    return {kind for kind in found if _KIND.fullmatch(kind)}
+
+
+def test_every_kind_written_as_a_literal_is_declared() -> None:
+    """Kinds the evidence above never reaches are still checked where the code spells them out."""
+    declared = event_kinds()
+    written = {path.name: emitted_kinds(path.read_text(encoding="utf-8")) for path in EMITTERS}
+    wrong = sorted(f"{name}: {kind}" for name, kinds in written.items() for kind in kinds if kind not in declared)
+    assert wrong == []
+    assert len(set().union(*written.values())) >= 70
+
+
+def test_the_static_check_sees_each_way_of_writing_a_kind() -> None:
+    source = """
+Event(kind="a_kind", message="")
+Event(kind="up" if x else "down_kind", message="")
+Finding("finding_kind", "error", {})
+self._event(rec, "helper_kind", "gpu", "info")
+self._event("other_helper_kind", message)
+_event(reason, "FailedScheduling")
+"""
+    assert emitted_kinds(source) == {"a_kind", "up", "down_kind", "finding_kind", "helper_kind",
+                                     "other_helper_kind"}
+
+
+def test_docs_events_md_is_what_the_declaration_generates() -> None:
+    """Regenerate with ``python scripts/events_doc.py`` after editing playbooks/events.yaml."""
+    assert (ROOT / "docs" / "events.md").read_text(encoding="utf-8") == events_markdown()
+
+
+def test_docs_list_every_kind_with_its_layer_and_attrs() -> None:
+    text = events_markdown()
+    for kind in event_kinds().values():
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{kind.name}` |"))
+        assert f"| {', '.join(kind.layers)} |" in row
+        assert all(f"`{attr}`" in row for attr in kind.own)
+
+
+def test_every_kind_has_a_meaning_and_known_layers() -> None:
+    for kind in event_kinds().values():
+        assert kind.meaning and set(kind.layers) <= set(LAYERS), kind.name
+        assert all(kind.attrs.values()), kind.name
+
+
+def test_symptoms_are_declared_event_kinds_with_an_impact() -> None:
+    assert set(SYMPTOM_KINDS) <= set(event_kinds())
+    assert {impact for impact, _ in SYMPTOMS.values()} == {"failure", "degradation"}
+
+
+def test_verdicts_have_marks() -> None:
+    assert list(VERDICT_MARKS) == list(VERDICTS)
+    assert len(set(VERDICT_MARKS.values())) == len(VERDICTS)
+
+
+def test_the_playbooks_need_only_declared_kinds() -> None:
+    """A check whose ``needs: [kind:K]`` names a kind nobody writes can never be more than no_evidence."""
+    needs = set()
+    for path in (ROOT / "playbooks").glob("*.yaml"):
+        needs |= set(re.findall(r"\bkind:([a-z0-9_]+)", path.read_text(encoding="utf-8")))
+    assert len(needs) >= 5
+    assert needs - set(event_kinds()) == set()
