@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import playbooks
-from collectors.base import LAYERS, SEVERITIES
+from collectors.vocabulary import LAYERS, SEVERITIES
 
 REQUIRED = ("name", "meaning", "layer", "severity", "action", "follower", "causes")
 

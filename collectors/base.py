@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, BinaryIO, Protocol
 
-LAYERS = ("business", "scheduling", "gpu", "network_storage", "hardware")
-SEVERITIES = ("debug", "info", "warning", "error", "critical")
+from collectors.vocabulary import LAYERS as LAYERS  # re-exported: collectors name an event's layer
+from collectors.vocabulary import SEVERITIES as SEVERITIES
 
 MAX_LINE_BYTES = 1 << 20
 """A line longer than this is cut to this length and counted as skipped: one 10 MB line

@@ -23,8 +23,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from collectors.vocabulary import LAYERS, SYMPTOMS, VERDICTS
 from workbench.bundle import Bundle
-from workbench.causes import LAYERS, load_causes
+from workbench.causes import load_causes
 from workbench.clockskew import estimate_offsets
 from workbench.hypotheses import LOW_SCORE, MAX_EVIDENCE, STATE_ORIGINS, Candidate, Engine, Place, describe
 from workbench.playbook import (
@@ -43,7 +44,7 @@ MAX_HYPOTHESES = 10
 TOP_FAULT = 0.35
 """A top hypothesis this strong makes the checks behind it a fault in their layer."""
 MIN_LISTED = 0.02
-_ORDER = {"no_evidence": 0, "clear": 1, "suspect": 2, "fault": 3}
+_ORDER = {verdict: n for n, verdict in enumerate(reversed(VERDICTS))}
 
 
 def iso(ts: datetime | None) -> str | None:
@@ -87,8 +88,8 @@ def analyze(bundle: Bundle, workload: str | None = None) -> dict[str, Any]:
     }
 
 
-FAILURE_SYMPTOMS = frozenset({"job_failed", "nccl_timeout", "error_rate_spike"})
-DEGRADATION_SYMPTOMS = frozenset({"latency_spike", "throughput_drop", "queue_backlog", "straggler_rank"})
+FAILURE_SYMPTOMS = frozenset(kind for kind, (impact, _) in SYMPTOMS.items() if impact == "failure")
+DEGRADATION_SYMPTOMS = frozenset(kind for kind, (impact, _) in SYMPTOMS.items() if impact == "degradation")
 
 
 def _impact(groups: list) -> str:

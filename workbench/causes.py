@@ -13,9 +13,8 @@ from typing import Any
 import yaml
 
 import playbooks
+from collectors.vocabulary import LAYERS, SYMPTOM_KINDS
 from workbench.errors import GpuwbError
-
-LAYERS = ("business", "scheduling", "gpu", "network_storage", "hardware")
 
 DESIGN_CAUSES: dict[str, tuple[str, ...]] = {
     "business": ("traffic_surge", "bad_change", "long_context_shift", "quantization_regression"),
@@ -28,10 +27,6 @@ DESIGN_CAUSES: dict[str, tuple[str, ...]] = {
                  "thermal_throttling", "power_throttling", "psu_or_fan_failure", "host_hardware_error"),
 }
 """Cause ids fixed by DESIGN.md, per layer; the catalog may add more, never drop these."""
-
-SYMPTOM_KINDS = ("nccl_timeout", "job_failed", "latency_spike", "error_rate_spike", "throughput_drop",
-                 "queue_backlog", "straggler_rank")
-"""Symptoms (DESIGN.md): listed under the cause that explains them, never named as a cause."""
 
 SCOPES = ("gpu", "host", "global")
 ACTION_KINDS = ("monitoring", "change_control", "isolation", "drills")

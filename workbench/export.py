@@ -18,9 +18,9 @@ from pathlib import Path
 import duckdb
 
 from workbench.bundle import Bundle
+from workbench.schema import EVIDENCE_TABLES
 
-PARTITIONED = ("event", "gpu_sample", "gpu_inventory", "topology", "series", "host_inventory", "artifact",
-               "capture_log")
+PARTITIONED = (*EVIDENCE_TABLES, "artifact", "capture_log")
 """Tables with a ``host`` column, written one folder per host."""
 
 UNPARTITIONED = ("journal", "seal")

@@ -26,11 +26,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from collectors.vocabulary import LAYERS, VERDICTS
 from workbench.bundle import Bundle, BundleError, utc_naive
 from workbench.errors import InputError
 
-LAYERS = ("business", "scheduling", "gpu", "network_storage", "hardware")
-VERDICTS = ("fault", "suspect", "clear", "no_evidence")
 PRIORITIES = ("P0", "P1", "P2", "P3")
 ACTION_STATUSES = ("open", "in_progress", "done", "dropped")
 RETRO_KINDS = ("well", "wrong", "lucky", "factor")

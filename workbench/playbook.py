@@ -17,11 +17,12 @@ import duckdb
 import yaml
 
 from collectors.base import normalize_pci
-from workbench.causes import LAYERS, catalog_text, load_causes
+from collectors.vocabulary import LAYERS
+from workbench.causes import catalog_text, load_causes
 from workbench.errors import GpuwbError
+from workbench.schema import EVIDENCE_TABLES
 
 WORKLOADS = ("training", "inference")
-VERDICTS = ("fault", "suspect", "clear", "no_evidence")
 ROLES = ("cause", "locator")
 ROW_COLUMNS: dict[str, str] = {
     "ts": "TIMESTAMP", "host": "VARCHAR", "gpu": "VARCHAR", "rank": "INTEGER", "job": "VARCHAR",
@@ -304,7 +305,7 @@ class Presence:
     @classmethod
     def of(cls, con: duckdb.DuckDBPyConnection) -> Presence:
         kinds = {r[0] for r in con.execute("SELECT DISTINCT kind FROM event").fetchall()}
-        tables = {t for t in ("event", "gpu_sample", "gpu_inventory", "topology", "series", "host_inventory")
+        tables = {t for t in EVIDENCE_TABLES
                   if con.execute(f"SELECT EXISTS (SELECT 1 FROM {t})").fetchall()[0][0]}
         collectors = {r[0] for r in con.execute(
             "SELECT DISTINCT collector FROM artifact WHERE collector IS NOT NULL").fetchall()}

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from collectors.base import LAYERS
+from collectors.vocabulary import LAYERS
 from workbench.bundle import Bundle
 from workbench.commands._args import non_negative_int
 from workbench.query import EventFilter, event_json, iter_events
