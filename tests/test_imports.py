@@ -1,27 +1,117 @@
-"""Only workbench/tui may import Textual: capture must start fast on a bare GPU node."""
+"""Import hygiene: collectors never load the application, ``gpuwb capture`` never loads the TUI, report
+or analysis libraries (it must start fast on a bare GPU node), and only ``workbench/tui`` imports
+Textual. Probes run in a fresh interpreter, so what another test imported cannot hide a violation."""
 
 from __future__ import annotations
 
+import ast
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import ROOT
 
-PROBE = """
-import importlib, pkgutil, sys
-import collectors, workbench
-for pkg in (collectors, workbench):
-    for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
-        if info.name.startswith("workbench.tui"):
-            continue
-        importlib.import_module(info.name)
-from workbench.cli import build_parser
-build_parser()
-print("textual" in sys.modules, "pynvml" in sys.modules)
-"""
+PACKAGES = ("collectors", "workbench", "playbooks")
+CAPTURE_MUST_NOT_LOAD = ("textual", "pandas", "jinja2", "pynvml")
 
 
-def test_core_never_imports_textual_or_pynvml():
-    out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=120)
+def modules_of(package: str, *, skip: str | None = None) -> list[str]:
+    """Dotted names of every module file under ``package`` (read from disk: importing a package to
+    walk it would itself run the code under test)."""
+    names = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if skip is None or not (name == skip or name.startswith(skip + ".")):
+            names.append(name)
+    return names
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import statement in a file, function-level (deferred) ones included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found += [(node.lineno, node.module)]
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def loaded_after(code: str, watched: tuple[str, ...]) -> list[str]:
+    """Which of ``watched`` (top-level names) are in sys.modules after running ``code`` in a new
+    interpreter."""
+    probe = (f"import json, sys\n{code}\n"
+             f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({list(watched)!r}))))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "False"], out.stdout
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _violations(files: list[Path], forbidden) -> list[str]:
+    return [f"{path.relative_to(ROOT)}:{line}: imports {name}" for path in files
+            for line, name in imports_of(path) if forbidden(path, name)]
+
+
+def _is(name: str, module: str) -> bool:
+    return name == module or name.startswith(module + ".")
+
+
+def test_collectors_import_nothing_from_workbench():
+    files = sorted((ROOT / "collectors").rglob("*.py"))
+    assert len(files) > 10
+    assert _violations(files, lambda path, name: _is(name, "workbench")) == []
+
+
+def test_importing_any_collector_never_loads_workbench():
+    code = "\n".join(f"import {name}" for name in modules_of("collectors"))
+    code += "\nfrom collectors import registry\nassert len(registry.all_collectors()) > 10"
+    assert loaded_after(code, ("workbench",)) == []
+
+
+def test_commands_do_not_import_the_cli():
+    """cli discovers the commands; a command importing cli back is a cycle."""
+    files = sorted((ROOT / "workbench" / "commands").rglob("*.py"))
+    assert _violations(files, lambda path, name: _is(name, "workbench.cli")) == []
+
+
+def test_only_workbench_tui_imports_textual():
+    tui = ROOT / "workbench" / "tui"
+    files = [p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))]
+    assert _violations(files, lambda path, name: _is(name, "textual") and tui not in path.parents) == []
+
+
+def test_the_capture_code_path_loads_no_tui_report_or_analysis_library():
+    """What ``gpuwb capture`` imports before it runs: the parser with every sub-command, the capture
+    command and orchestrator, and every collector it starts."""
+    code = ("from workbench.cli import build_parser\n"
+            "args = build_parser().parse_args(['capture', '-o', 'x.duckdb', '--since', '1h'])\n"
+            "assert args.command == 'capture'\n"
+            "import workbench.capture, workbench.commands.capture\n"
+            "from collectors import registry\n"
+            "assert registry.all_collectors()\n")
+    assert loaded_after(code, CAPTURE_MUST_NOT_LOAD) == []
+
+
+def test_a_capture_run_loads_no_tui_or_report_library(tmp_path):
+    """A whole capture (one collector, written, sealed and summarised). pandas is not watched here:
+    pyarrow imports it by itself on its first ``pa.array`` call when it is installed."""
+    out = tmp_path / "run.duckdb"
+    code = ("import contextlib, io\n"
+            "from workbench.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+            f"    assert main(['capture', '--only', 'host', '-o', {str(out)!r}, '--since', '1h']) == 0\n")
+    assert loaded_after(code, ("textual", "jinja2", "pynvml")) == []
+    assert out.exists()
+
+
+def test_the_application_outside_the_tui_never_loads_textual():
+    names = [*modules_of("collectors"), *modules_of("workbench", skip="workbench.tui")]
+    code = ("import importlib\n"
+            f"for name in {names!r}:\n"
+            "    importlib.import_module(name)\n"
+            "from workbench.cli import build_parser\n"
+            "build_parser()\n")
+    assert loaded_after(code, ("textual", "pynvml")) == []
