@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any, BinaryIO
 
+from collectors._hostlist import expand_hostlist
 from collectors.base import (
     MONTHS,
     Artifact,
@@ -56,7 +57,6 @@ PRIORITY = 40
 COMMAND_TIMEOUT = 20.0
 LOG_TAIL_BYTES = 32 << 20
 MAX_JSON_BYTES = 256 << 20
-MAX_HOSTS = 100_000
 MAX_PENDING = 10_000
 SACCT_FIELDS = ("JobID,JobName,State,ExitCode,DerivedExitCode,Elapsed,Timelimit,Submit,Start,End,NodeList,Reason,"
                 "User,Partition,AllocTRES")
@@ -406,60 +406,6 @@ def parse_duration(text: str | None) -> int | None:
     else:
         secs = int(a) * 60 if days is None else int(a) * 3600
     return secs + int(days or 0) * 86400
-
-
-def expand_hostlist(text: str | None) -> list[str]:
-    """``gpu[01-04,07],cpu1`` -> each host name, zero padding kept; bounded against absurd ranges."""
-    if not text:
-        return []
-    text = text.strip()
-    if text.lower() in ("", "none", "(null)", "none assigned", "n/a") or text.startswith("("):
-        return []
-    out: list[str] = []
-    for part in _split_top(text):
-        out.extend(_expand_one(part))
-        if len(out) >= MAX_HOSTS:
-            return out[:MAX_HOSTS]
-    return out
-
-
-def _split_top(text: str) -> list[str]:
-    parts, depth, cur = [], 0, []
-    for ch in text:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth = max(0, depth - 1)
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur))
-    return [p for p in (p.strip() for p in parts) if p]
-
-
-def _expand_one(part: str) -> list[str]:
-    m = re.match(r"^(.*?)\[([^\]]*)\](.*)$", part)
-    if not m:
-        return [part]
-    prefix, body, rest = m.groups()
-    tails = _expand_one(rest) if rest else [""]
-    out: list[str] = []
-    for item in body.split(","):
-        rng = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", item)
-        if rng:
-            lo, hi = int(rng.group(1)), int(rng.group(2))
-            width = len(rng.group(1))
-            if hi - lo > MAX_HOSTS:
-                hi = lo + MAX_HOSTS
-            names = [f"{prefix}{i:0{width}d}" for i in range(lo, hi + 1)]
-        else:
-            names = [f"{prefix}{item.strip()}"]
-        out.extend(f"{name}{tail}" for name in names for tail in tails)
-        if len(out) >= MAX_HOSTS:
-            break
-    return out
 
 
 def job_state(text: str | None) -> tuple[str | None, str | None]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import bisect
 import json
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -30,6 +29,7 @@ from typing import Any
 
 import duckdb
 
+from collectors._hostlist import expand_hostlist as slurm_hostlist
 from collectors.base import normalize_pci
 from workbench.rank_places import rank_places
 
@@ -170,30 +170,17 @@ class Candidate:
 
 
 def expand_hostlist(text: str | None) -> frozenset[str]:
-    """Slurm host lists (``node[01-03,07],gpu5``) or a JSON list of names, as a set of names."""
+    """A symptom row's ``nodes``: a JSON list of names (a job event's attrs) or a Slurm host list."""
     if not text:
         return frozenset()
     text = text.strip()
     if text.startswith("["):
         try:
-            return frozenset(str(x) for x in json.loads(text))
+            names = json.loads(text)
         except ValueError:
             return frozenset()
-    names: set[str] = set()
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", text):
-        m = re.match(r"^(.*?)\[([^\]]*)\](.*)$", part)
-        if not m:
-            names.add(part.strip())
-            continue
-        prefix, body, suffix = m.groups()
-        for item in body.split(","):
-            if "-" in item:
-                lo, hi = item.split("-", 1)
-                if lo.isdigit() and hi.isdigit() and int(hi) - int(lo) < 10_000:
-                    names.update(f"{prefix}{n:0{len(lo)}d}{suffix}" for n in range(int(lo), int(hi) + 1))
-            elif item:
-                names.add(f"{prefix}{item}{suffix}")
-    return frozenset(n for n in names if n)
+        return frozenset(str(x) for x in names) if isinstance(names, list) else frozenset()
+    return frozenset(slurm_hostlist(text))
 
 
 class Engine:
