@@ -1,6 +1,7 @@
 """A real Prometheus on loopback scraping a static vLLM-style /metrics page, for integration tests.
 
-Follows ../shared/recipes/local-prometheus.md: the exporter is ``python -m http.server`` serving
+Set up as Prometheus' getting-started guide (https://prometheus.io/docs/prometheus/latest/getting_started/)
+describes, with a static scrape config: the exporter is ``python -m http.server`` serving
 one file, Prometheus scrapes it every second; both run as children of the test process under one
 temp dir (nothing in /etc, no default ports) and are stopped by PID. A new page is written to a
 temp file and renamed over the old one, so a scrape never sees half a file. Waits are bounded: a

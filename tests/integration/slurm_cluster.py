@@ -1,7 +1,8 @@
 """A real single-node Slurm cluster (munge, MariaDB, slurmdbd, slurmctld, slurmd) in one temp dir.
 
-Follows ../shared/recipes/local-slurm.md: every daemon runs in the foreground as a child of the
-test process, so teardown stops exactly these PIDs; nothing under /etc is read or written, and
+Set up as Slurm's Quick Start Administrator Guide (https://slurm.schedmd.com/quickstart_admin.html)
+and slurmdbd.conf man page describe, Debian 12's packages: every daemon runs in the foreground as a
+child of the test process, so teardown stops exactly these PIDs; nothing under /etc is read or written, and
 every port is a free loopback port chosen at start. A daemon that does not come up within its
 bounded wait raises ClusterError carrying the tail of its log, so the test fails with the cause.
 """

@@ -1,6 +1,6 @@
 """Line formats of the tools whose output the scenarios hold, and the scenario registry.
 
-Shapes are copied from the real corpus (../shared/corpus) and from real tools' output: dmesg raw
+Shapes are copied from the real corpus (tests/corpus, each file's public source in its INDEX.tsv) and from real tools' output: dmesg raw
 seconds and -T, journalctl short-iso, NCCL INFO init lines, ProcessGroupNCCL watchdog lines under
 torchrun's ``[rankN]:`` prefix, sacct -P, kubectl JSON, Prometheus exposition.
 """

@@ -1,7 +1,7 @@
 """A multi-rank, multi-host training job's logs, written in real NCCL / PyTorch line formats.
 
-The line shapes are those of the real logs in ../shared/corpus/nccl and of the NCCL issues they
-come from: ``host:pid:tid [dev] NCCL INFO`` init lines (``comm 0x… rank R nranks N cudaDev D nvmlDev D
+The line shapes are those of the real logs in tests/corpus/nccl and of the NCCL issues they come
+from (INDEX.tsv names each): ``host:pid:tid [dev] NCCL INFO`` init lines (``comm 0x… rank R nranks N cudaDev D nvmlDev D
 busId B commId 0x… - Init START/COMPLETE``, ``Channel 00/0 : R[D] -> R'[D'] via P2P/IPC``, ``NET/IB :
 Using [0]mlx5_0:1/IB``), PyTorch 2.x watchdog lines with the ``[rankN]:`` prefix and glog stamps
 (basicsr_737, nccl_1409), Python-logging trainer lines. One file per rank, in one folder per host,
