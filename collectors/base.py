@@ -216,11 +216,6 @@ class ParseContext:
             return self.boot_times[host]
         return self.boot_time
 
-    def learn_boot_time(self, host: str | None, boot: datetime) -> None:
-        """Record a host's boot time so later artifacts of that host can anchor dmesg seconds."""
-        key = host or self.host or ""
-        self.boot_times.setdefault(key, to_utc(boot))
-
     def learn_reference_time(self, host: str | None, when: datetime) -> None:
         """Record dated evidence so year-less timestamps (syslog, glog) can take its year."""
         key = host or self.host or ""
