@@ -39,6 +39,8 @@ class _Parser(argparse.ArgumentParser):
 def _commands() -> list:
     found = []
     for info in pkgutil.iter_modules(workbench.commands.__path__):
+        if info.name.startswith("_"):  # helpers of the commands (argparse types), not commands
+            continue
         module = importlib.import_module(f"workbench.commands.{info.name}")
         if hasattr(module, "NAME"):
             found.append(module)

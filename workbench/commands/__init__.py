@@ -1,1 +1,2 @@
-"""Sub-commands of gpuwb, one module each (NAME, HELP, add_arguments, run)."""
+"""Sub-commands of gpuwb, one module each (NAME, HELP, add_arguments, run); ``_``-prefixed modules are
+their shared helpers, not commands."""
