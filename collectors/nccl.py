@@ -39,6 +39,7 @@ from typing import Any, BinaryIO
 
 from collectors import _torch_dist as torch_dist
 from collectors import storage
+from collectors._launcher_places import ENV_NEEDLES, RENDEZVOUS, LauncherPlaces, Rendezvous
 from collectors._torch_dist import Continuation, Finding
 from collectors.base import (
     MAX_LINE_BYTES,
@@ -152,7 +153,8 @@ WRITE_NEEDLES = ("Errno", "StreamWriter", "space left", "Input/output error", "u
 """What a failed checkpoint or data write prints (``collectors.storage.write_failure`` reads the line)."""
 NEEDLES = ("exitcode", "signal", "exit barrier", "ChildFailedError", "Root Cause", "Failures:", "nan", "NaN",
            "verflow", "Skipping step", "DistNetworkError", "DistStoreError", "Not all ranks joining",
-           "mismatch between collectives", "terminate called", "[c10d]", *torch_dist.STEP_NEEDLES, *WRITE_NEEDLES)
+           "mismatch between collectives", "terminate called", "[c10d]", RENDEZVOUS, *torch_dist.STEP_NEEDLES,
+           *WRITE_NEEDLES, *ENV_NEEDLES)
 """Literal words for the rest (torchrun, NaN losses, overflows, flight recorder, step timing, write
 errors): each is one ``bytes.find`` sweep per block, so they are few and long."""
 _CKPT_CONTEXT = re.compile(rb"torch\.save|save_checkpoint|serialization\.py|checkpoint|ckpt|safetensors|state_dict|"
@@ -214,6 +216,7 @@ class _Prefix:
     rank: int | None = None
     local_rank: int | None = None
     mpi_rank: int | None = None
+    task: int | None = None
     src: str | None = None
     host: str | None = None
 
@@ -422,6 +425,7 @@ class _Reader:
         self.step_count: Counter[tuple[int | None, Any]] = Counter()
         self.step_stride: dict[tuple[int | None, Any], list[int]] = {}
         self.sole: tuple[int, int | None] = (0, None)
+        self.places = LauncherPlaces(ctx.host, ctx.source_name)
 
     # -- the block loop ---------------------------------------------------------------------------------------
 
@@ -557,7 +561,8 @@ class _Reader:
                 out.mpi_rank = int(g["mrank"])
                 out.rank = out.rank if out.rank is not None else out.mpi_rank
             elif g["srun"] is not None:
-                out.rank = out.rank if out.rank is not None else int(g["srun"])
+                out.task = int(g["srun"])
+                out.rank = out.rank if out.rank is not None else out.task
             elif g["shost"]:
                 out.host = g["shost"]
             src = g["bfile"] or g["gfile"] or g["lfile"] or g["hffile"]
@@ -612,6 +617,7 @@ class _Reader:
             return
         text = raw[:_MAX_TEXT].decode("utf-8", "replace").rstrip("\r")
         pre = self._prefix(text)
+        self.places.prefix(pre.rank, pre.task)
         if pre.stamp is not None:
             if pre.stamp.origin == "iso" and (self.ctx.host or "") not in self.learned:
                 self.learned.add(self.ctx.host or "")
@@ -650,7 +656,9 @@ class _Reader:
                 finding.attrs.setdefault("file", m.group("src").rsplit("/", 1)[-1])
             yield from self._emit(finding, lineno, text, pre)
             return
-        finding, cont = torch_dist.classify(rest, lineno)
+        if "=" in rest and self.places.env_line(pre.rank, rest):
+            return
+        finding, cont = (None, Rendezvous(self.places)) if RENDEZVOUS in rest else torch_dist.classify(rest, lineno)
         if cont is not None:
             self.cont = cont
             self.cont_start = (lineno, text, pre, self.last)
@@ -712,6 +720,7 @@ class _Reader:
             self.hosts.add(host)
         pid, tid, dev, level = int(m.group("pid")), int(m.group("tid")), int(m.group("dev")), m.group("lvl")
         proc = self._proc(host, pid)
+        self.places.header(pre.rank, host, pid, dev)
         key = (host, pid, tid)
         if level == "INFO":
             if c := _CHAIN.match(msg):
@@ -880,6 +889,8 @@ class _Reader:
             attrs["file"] = pre.src.rsplit("/", 1)[-1]
         if finding.kind == "cuda_error" and self._repeated(attrs.get("error"), rank, lineno):
             return None
+        if finding.kind == "rank_failed":
+            self.places.failure(finding, where)
         event = Event(kind=finding.kind, message=(finding.message or text).strip()[:_MAX_MESSAGE],
                       severity=finding.severity, layer=finding.layer, host=where, rank=rank, gpu=gpu,
                       attrs=attrs, line=lineno)
@@ -1018,6 +1029,7 @@ class _Reader:
             for comm_ptr, comm in proc.comms.items():
                 if comm.state != "COMPLETE":
                     yield self._topology(proc, comm_ptr, comm)
+        yield from self.places.rows({key for key, proc in self.procs.items() if proc.rank is not None})
         if self.waiting:
             yield from self._anchor(self.waiting)
             self.waiting = []
@@ -1109,7 +1121,7 @@ def capture(ctx: CaptureContext) -> Iterator[Artifact]:
 
 
 _SNIFF_NCCL = re.compile(r"[\w.\-]+:\d+:\d+ \[\d+\] (?:\S+ )?NCCL (?:INFO|WARN|ERROR)|^NCCL version \d", re.M)
-_SNIFF_TORCH = re.compile(r"ProcessGroupNCCL|WorkNCCL\(|NCCL error|torch\.distributed\.elastic|ChildFailedError|"
+_SNIFF_TORCH = re.compile(r"ProcessGroupNCCL|WorkNCCL\(|NCCL error|torch[./]distributed[./]elastic|ChildFailedError|"
                           r"Root Cause \(first observed failure\)|CUDA out of memory|CUDA error: |OutOfMemoryError|"
                           r"DistBackendError|ncclSystemError|ncclRemoteError|Not all ranks joining collective")
 _SNIFF_TRAIN = re.compile(r"""['"]loss['"]: (?:nan|inf)|lm loss: (?:nan|NaN)|loss=nan|found NaN in|OVERFLOW! Rank|"""
@@ -1117,6 +1129,11 @@ _SNIFF_TRAIN = re.compile(r"""['"]loss['"]: (?:nan|inf)|lm loss: (?:nan|NaN)|los
                           r"global_step=\d+, RunningAvgSamplesPerSec=|\bstep:\s*\d+\s+loss:.{0,80}\btps:|"
                           r"""['"]train_runtime['"]:|\bstep[ :=]+\d+\b.{0,120}\bstep[_ ]time\b""")
 """Trainer logs without NCCL lines: NaN losses, and the step-timing lines torch_dist.step_time reads."""
+_SNIFF_ENV = re.compile(r"^(?:\d{1,5}: )?(?:export |declare -x )?(?:SLURM_PROCID|SLURM_LOCALID|LOCAL_RANK)=[\"']?\d",
+                        re.M)
+"""An environment dump that says which rank a process was (collectors/_launcher_places.py)."""
+_SNIFF_RANK_PREFIX = re.compile(r"^\[(?:rank|[A-Za-z_]+)\d+\]:", re.M)
+"""torchrun --tee's per-rank prefix: a rank's log, whatever it says (a storage error in it keeps its rank)."""
 
 
 def sniff(name: str, head: str) -> dict[str, int]:
@@ -1124,8 +1141,12 @@ def sniff(name: str, head: str) -> dict[str, int]:
         return {"nccl_log": 90}
     if _SNIFF_TORCH.search(head):
         return {"nccl_log": 70}
+    if len(_SNIFF_RANK_PREFIX.findall(head, 0, 16384)) >= 3:
+        return {"nccl_log": 75}
     if _SNIFF_TRAIN.search(head):
         return {"nccl_log": 40}
+    if _SNIFF_ENV.search(head):
+        return {"nccl_log": 30}
     return {}
 
 

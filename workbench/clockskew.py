@@ -15,19 +15,23 @@ from statistics import median
 
 import duckdb
 
+from workbench.rank_places import rank_places
+
 MIN_OFFSET_S = 1.0
 """Smaller offsets are clock noise and log granularity, not skew."""
 MAX_OFFSET_S = 86_400.0
 """Larger ones mean the anchors are not the same moment (a reused sequence number), not skew."""
 
 _ANCHORS = """
-SELECT host, 'nccl:' || coalesce(job, '') || ':' || coalesce(attrs->>'op', '') || ':' || (attrs->>'seq') AS anchor,
+SELECT host, rank,
+       'nccl:' || coalesce(job, '') || ':' || coalesce(attrs->>'op', '') || ':' || (attrs->>'seq') AS anchor,
        epoch(ts) - coalesce(TRY_CAST(attrs->>'elapsed_ms' AS DOUBLE), 0) / 1000.0 AS t
 FROM event
-WHERE kind = 'nccl_timeout' AND host IS NOT NULL AND ts IS NOT NULL AND attrs->>'seq' IS NOT NULL
+WHERE kind = 'nccl_timeout' AND (host IS NOT NULL OR rank IS NOT NULL) AND ts IS NOT NULL AND attrs->>'seq' IS NOT NULL
   AND coalesce(ts_origin, '') <> 'derived'
 UNION ALL
-SELECT host, 'job:' || coalesce(attrs->>'job', job, '') || ':' || upper(coalesce(attrs->>'state', '')) AS anchor,
+SELECT host, NULL AS rank,
+       'job:' || coalesce(attrs->>'job', job, '') || ':' || upper(coalesce(attrs->>'state', '')) AS anchor,
        epoch(ts) AS t
 FROM event
 WHERE kind = 'job_state' AND host IS NOT NULL AND ts IS NOT NULL AND coalesce(ts_origin, '') <> 'derived'
@@ -38,8 +42,10 @@ def estimate_offsets(con: duckdb.DuckDBPyConnection) -> dict[str, float]:
     """host -> seconds its clock runs ahead of the consensus (subtract to correct). Only hosts with
     a significant offset are listed; hosts without shared anchors are taken as correct."""
     per_anchor: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for host, anchor, t in con.execute(_ANCHORS).fetchall():
-        if t is not None:
+    places = rank_places(con)
+    for host, rank, anchor, t in con.execute(_ANCHORS).fetchall():
+        host = host or (places[rank].host if rank in places else None)
+        if t is not None and host is not None:
             per_anchor[anchor][host].append(float(t))
     deviations: dict[str, list[float]] = defaultdict(list)
     for hosts in per_anchor.values():

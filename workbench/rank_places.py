@@ -12,10 +12,10 @@ across artifacts:
   plus the launcher rows (their ranks are global ranks);
 - an ``srun -l`` task without a host: the Slurm job's node list (hostlist syntax, from sacct/scontrol)
   cut into equal blocks of tasks, Slurm's default block distribution;
-- the GPU: NCCL's busId, else the host's process table (nvidia-smi: pid -> GPU) joined with the rank's
-  pid, else the rank's CUDA device (cudaDev, or the local rank) as the host's GPU index, but only when
-  the ranks on that host use distinct devices (one GPU per task under CUDA_VISIBLE_DEVICES shows every
-  rank as device 0, which says nothing).
+- the GPU: NCCL's busId, else the host's process table (nvidia-smi: pid -> GPU) or an Xid's ``pid=``
+  joined with the rank's pid, else the rank's CUDA device (cudaDev, or the local rank) as the host's GPU
+  index, but only when the ranks on that host use distinct devices (one GPU per task under
+  CUDA_VISIBLE_DEVICES shows every rank as device 0, which says nothing).
 
 A rank that two sources put on different hosts is left unplaced: a wrong place is worse than none.
 """
@@ -63,11 +63,12 @@ def rank_places(con: duckdb.DuckDBPyConnection) -> dict[int, RankPlace]:
     """Rank -> where it ran, for the ranks the evidence places on exactly one host."""
     rows = con.execute(
         "SELECT rank, host, gpu, cuda_dev, pid, comm_id, coalesce(nranks, 0), extra->>'placed_by', "
-        "extra->>'local_rank', job FROM topology WHERE rank IS NOT NULL").fetchall()
+        "coalesce(extra->>'gpu_index', extra->>'local_rank'), job, (extra->>'gpu_index') IS NOT NULL FROM topology "
+        "WHERE rank IS NOT NULL").fetchall()
     nccl_world = max((r[6] for r in rows if r[7] is None), default=0)
     claims: dict[int, _Claims] = defaultdict(_Claims)
     unhosted: list[tuple[int, str | None]] = []
-    for rank, host, gpu, dev, pid, comm, nranks, placed_by, local_rank, job in rows:
+    for rank, host, gpu, dev, pid, comm, nranks, placed_by, index, job, pinned in rows:
         if placed_by is None and nranks != nccl_world:
             continue
         claim = claims[rank]
@@ -75,14 +76,15 @@ def rank_places(con: duckdb.DuckDBPyConnection) -> dict[int, RankPlace]:
         if comm and placed_by is None:
             claim.comms.append(comm)
         if host is None:
-            unhosted.append((rank, job))
+            if placed_by == "srun_label":
+                unhosted.append((rank, job))
             continue
         claim.hosts.add(host)
         if gpu:
             claim.gpus.add(normalize_pci(gpu) or gpu)
         if pid is not None:
             claim.pids.add((host, pid))
-        device = dev if dev is not None else (int(local_rank) if str(local_rank or "").isdigit() else None)
+        device = int(index) if pinned or (dev is None and str(index or "").isdigit()) else dev
         if device is not None:
             claim.devices.add((host, device))
     _srun_blocks(con, claims, unhosted)
@@ -129,7 +131,7 @@ def _job_nodes(con: duckdb.DuckDBPyConnection, jobs: set[str] | None) -> list[st
     lists: dict[str, list[str]] = {}
     for job, nodes_text in con.execute(
             "SELECT job, CAST(attrs->'nodes' AS VARCHAR) FROM event WHERE job IS NOT NULL "
-            "AND attrs->'nodes' IS NOT NULL AND coalesce(ts_origin, '') <> 'derived'").fetchall():
+            "AND (attrs->'nodes') IS NOT NULL AND coalesce(ts_origin, '') <> 'derived'").fetchall():
         nodes = json.loads(nodes_text or "[]")
         if isinstance(nodes, list) and len(nodes) > len(lists.get(job, [])):
             lists[job] = [str(n) for n in nodes]
@@ -142,18 +144,23 @@ def _job_nodes(con: duckdb.DuckDBPyConnection, jobs: set[str] | None) -> list[st
 
 
 def _gpus_from_processes(con: duckdb.DuckDBPyConnection, places: dict[int, RankPlace]) -> None:
-    """nvidia-smi's process table names the GPU each pid runs on."""
+    """nvidia-smi's process table names the GPU each pid runs on, and an Xid names the pid it hit."""
     wanted = {(p.host, p.pid) for p in places.values() if p.gpu is None and p.pid is not None}
     if not wanted:
         return
     owner: dict[tuple[str, int], set[str]] = defaultdict(set)
     for host, gpu, procs_text in con.execute(
-            "SELECT host, gpu, CAST(extra->'processes' AS VARCHAR) FROM gpu_inventory WHERE extra->'processes' "
+            "SELECT host, gpu, CAST(extra->'processes' AS VARCHAR) FROM gpu_inventory WHERE (extra->'processes') "
             "IS NOT NULL UNION ALL SELECT host, gpu, CAST(extra->'processes' AS VARCHAR) FROM gpu_sample "
-            "WHERE extra->'processes' IS NOT NULL").fetchall():
+            "WHERE (extra->'processes') IS NOT NULL").fetchall():
         for proc in json.loads(procs_text or "[]"):
             if isinstance(proc, dict) and isinstance(proc.get("pid"), int) and gpu:
                 owner[(host, proc["pid"])].add(normalize_pci(gpu) or gpu)
+    for host, pid, gpu in con.execute(
+            "SELECT host, TRY_CAST(attrs->>'pid' AS BIGINT), gpu FROM event WHERE kind = 'xid' AND host IS NOT NULL "
+            "AND gpu IS NOT NULL").fetchall():
+        if pid:
+            owner[(host, pid)].add(normalize_pci(gpu) or gpu)
     for place in places.values():
         gpus = owner.get((place.host, place.pid)) if place.gpu is None else None
         if gpus and len(gpus) == 1:
@@ -170,7 +177,7 @@ def _gpus_from_devices(con: duckdb.DuckDBPyConnection, places: dict[int, RankPla
     for host, idx, gpu in con.execute(
             'SELECT host, "index", gpu FROM gpu_inventory WHERE "index" IS NOT NULL AND gpu IS NOT NULL UNION '
             "SELECT host, CAST(extra->>'index' AS INTEGER), gpu FROM gpu_sample "
-            "WHERE extra->>'index' IS NOT NULL AND gpu IS NOT NULL").fetchall():
+            "WHERE (extra->>'index') IS NOT NULL AND gpu IS NOT NULL").fetchall():
         index[(host, idx)].add(normalize_pci(gpu) or gpu)
     for host, ranks in by_host.items():
         devices = [p.device for p in ranks if p.device is not None]

@@ -105,6 +105,50 @@ def nccl_init(host: str, pid: int, rank: int, nranks: int, dev: int, bus: str, c
     return lines
 
 
+def elastic(when: datetime, level: str, pid: int, where: str, text: str) -> str:
+    """torch elastic's logger since torch 2.4, glog style: ``E0213 12:07:20.086000 870572
+    torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 0 (pid: 876053) of
+    binary: …`` (https://github.com/pytorch/pytorch/issues/147064)."""
+    return (f"{level}{when.month:02d}{when.day:02d} {when.strftime('%H:%M:%S')}.{when.microsecond:06d} {pid} "
+            f"torch/distributed/elastic/{where}] {text}")
+
+
+def rendezvous(when: datetime, pid: int, group_rank: int, nodes: int, per_node: int, master: str) -> list[str]:
+    """The agent's rendezvous result, one ``key=value`` a line (the block as
+    https://github.com/meta-pytorch/torchx/pull/492 shows it, under the torch 2.4 logger)."""
+    world = nodes * per_node
+    ranks = [group_rank * per_node + i for i in range(per_node)]
+    table = [("restart_count", 0), ("master_addr", master), ("master_port", 29500), ("group_rank", group_rank),
+             ("group_world_size", nodes), ("local_ranks", list(range(per_node))), ("role_ranks", ranks),
+             ("global_ranks", ranks), ("role_world_sizes", [world] * per_node),
+             ("global_world_sizes", [world] * per_node)]
+    return ([elastic(when, "I", pid, "agent/server/api.py:525", "[default] Rendezvous complete for workers. Result:")]
+            + [f"  {key}={value}" for key, value in table] + [""]
+            + [elastic(when + timedelta(milliseconds=2), "I", pid, "agent/server/api.py:533",
+                       "[default] Starting worker group")])
+
+
+def srun_labelled(per_task: dict[int, list[str]]) -> str:
+    """One ``srun -l`` output file: every task's lines under its ``N: `` label (``-l, --label: Prepend task
+    number to lines of stdout/err``, srun(1)), interleaved as the tasks print them."""
+    out = []
+    for i in range(max(len(lines) for lines in per_task.values())):
+        out += [f"{task}: {lines[i]}" for task, lines in sorted(per_task.items()) if i < len(lines)]
+    return "\n".join(out) + "\n"
+
+
+def env_dump(values: dict[str, object]) -> list[str]:
+    """``printenv`` lines a launch wrapper prints before the trainer starts (SLURM_PROCID, SLURM_LOCALID,
+    SLURMD_NODENAME and CUDA_VISIBLE_DEVICES as srun(1) OUTPUT ENVIRONMENT VARIABLES defines them)."""
+    return [f"{key}={value}" for key, value in values.items()]
+
+
+def etc_hosts(entries: list[tuple[str, str]]) -> str:
+    """A cluster's /etc/hosts (hosts(5): address, canonical name, aliases)."""
+    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback", ""]
+    return "\n".join(lines + [f"{ip}\t{names}" for ip, names in entries]) + "\n"
+
+
 def steps(start: datetime, first_step: int, count: int, every_s: float, loss: float, rank: int,
           step_time: float | None = None) -> list[str]:
     out = []

@@ -10,13 +10,18 @@ from pathlib import Path
 from tests.scenarios.formats import (
     ctime,
     deepspeed_steps,
+    elastic,
+    env_dump,
+    etc_hosts,
     expected,
     journal,
     nccl_init,
     pylog,
     raw,
+    rendezvous,
     sacct,
     scenario,
+    srun_labelled,
     steps,
     uptime_s,
     watchdog,
@@ -94,6 +99,7 @@ def train_pcie_xid79_nodefail(folder: Path) -> None:
     write(folder, "node08/dmesg.txt", "\n".join(dm8) + "\n")
     places = {0: ("node07", 0, "18000", 48207), 1: ("node07", 1, "2a000", 48211),
               2: ("node08", 0, "18000", 51877), 3: ("node08", 1, "2a000", 51880)}
+    tasks = {}
     for rank, (host, dev, bus, pid) in places.items():
         lines = [pylog(start, f"[rank{rank}] torch.distributed initialized: world_size=4 backend=nccl")]
         lines += nccl_init(host, pid, rank, 4, dev, bus, "a3c1", ip=f"10.10.0.{7 if host == 'node07' else 8}")
@@ -102,7 +108,14 @@ def train_pcie_xid79_nodefail(folder: Path) -> None:
         if rank != 1:
             lines += watchdog(rank, hang + timedelta(seconds=600, milliseconds=89 + rank * 3), 21876, "ALLREDUCE",
                               262144, 600000, 600089 + rank * 3)
-        write(folder, f"logs/rank{rank}.log", "\n".join(lines) + "\n")
+        tasks[rank] = lines
+    write(folder, "slurm/slurm-91842.out", srun_labelled(tasks))
+    monitor = ["timestamp, index, pci.bus_id, utilization.gpu [%], temperature.gpu, power.draw [W]"]
+    for i in range(6):
+        when = datetime(2025, 3, 1, 13, 10, 0) + timedelta(minutes=10 * i)
+        monitor += [f"{when.strftime('%Y/%m/%d %H:%M:%S')}.{200 + i:03d}, 0, 00000000:18:00.0, 99 %, {66 + i % 3}, 651.20 W",
+                    f"{when.strftime('%Y/%m/%d %H:%M:%S')}.{200 + i:03d}, 1, 00000000:2A:00.0, 99 %, {67 + i % 2}, 648.75 W"]
+    write(folder, "node07/gpu-monitor.csv", "\n".join(monitor) + "\n")
     write(folder, "slurm/sacct.txt", sacct([
         "91790|eval-sweep|gpu|vision|16|FAILED|1:0|2025-03-01T11:40:12|2025-03-01T11:58:44|node08",
         "91790.batch|batch||vision|16|FAILED|1:0|2025-03-01T11:40:12|2025-03-01T11:58:44|node08",
@@ -186,6 +199,10 @@ def train_ib_link_flap(folder: Path) -> None:
         lines += watchdog(rank, hang + timedelta(seconds=600, milliseconds=140 + 11 * rank) + clock, 5521,
                           "ALLREDUCE", 524288, 600000, 600140 + 11 * rank)
         write(folder, f"logs/rank{rank}.log", "\n".join(lines) + "\n")
+    for node in range(3):
+        clock = skew if node == 2 else timedelta(0)
+        write(folder, f"node0{node + 1}/torchrun.log", "\n".join(
+            rendezvous(start + clock - timedelta(seconds=2), 40100 + 37 * node, node, 3, 2, "node01")) + "\n")
     write(folder, "slurm/sacct.txt", sacct([
         "88120|gpt-pretrain|gpu|llm|96|FAILED|1:0|2025-03-04T07:30:01|2025-03-04T09:22:41|node[01-03]",
         "88120.batch|batch||llm|32|FAILED|1:0|2025-03-04T07:30:01|2025-03-04T09:22:41|node01",
@@ -228,6 +245,12 @@ def train_ib_peer_errors_only(folder: Path) -> None:
         lines += watchdog(rank, hang + timedelta(seconds=600, milliseconds=120 + 9 * rank), 61877, "ALLREDUCE",
                           1048576, 600000, 600120 + 9 * rank)
         write(folder, f"logs/rank{rank}.log", "\n".join(lines) + "\n")
+    for node in range(3):
+        write(folder, f"node1{node + 1}/torchrun.log", "\n".join(
+            rendezvous(start - timedelta(seconds=3), 61100 + 41 * node, node, 4, 2, "node11")) + "\n")
+    write(folder, "node11/etc-hosts.txt", etc_hosts(
+        [(f"10.0.7.{n}", f"node{n}.cluster node{n}") for n in range(11, 15)]
+        + [(f"10.10.7.{n}", f"node{n}-ib") for n in range(11, 15)]))
     write(folder, "node12/perfquery.txt", "\n".join([
         "# Port counters: Lid 22 port 1 (CapMask: 0x5300)",
         "PortSelect:......................1", "CounterSelect:...................0x0000",
@@ -302,7 +325,9 @@ def train_nfs_checkpoint_stall(folder: Path) -> None:
     places = {0: ("node01", 0, "18000", 51203), 1: ("node01", 1, "2a000", 51207), 2: ("node02", 0, "18000", 47710),
               3: ("node02", 1, "2a000", 47713)}
     for rank, (host, dev, bus, pid) in places.items():
-        lines = [pylog(start, f"[rank{rank}] torch.distributed initialized: world_size=4 backend=nccl")]
+        lines = env_dump({"SLURM_JOB_ID": 90211, "SLURM_PROCID": rank, "SLURM_LOCALID": dev, "SLURMD_NODENAME": host,
+                          "CUDA_VISIBLE_DEVICES": "0,1", "WORLD_SIZE": 4})
+        lines.append(pylog(start, f"[rank{rank}] torch.distributed initialized: world_size=4 backend=nccl"))
         lines += nccl_init(host, pid, rank, 4, dev, bus, "c4e9", ip=f"10.10.5.{int(host[-1])}")
         lines += steps(start + timedelta(minutes=1), 9600, 8, 900.0, 1.9971, rank, step_time=1.05)
         if rank == 0:
@@ -370,6 +395,9 @@ def train_checkpoint_disk_full(folder: Path) -> None:
                               2097152, 600000, 600204 + 7 * rank)
         write(folder, f"logs/rank{rank}.log", "\n".join(line if line.startswith("[rank") else f"[rank{rank}]:{line}"
                                                        for line in lines) + "\n")
+    for node in range(2):
+        write(folder, f"node2{node + 1}/torchrun.log", "\n".join(
+            rendezvous(start - timedelta(seconds=4), 70090 + 53 * node, node, 2, 2, "node21")) + "\n")
     kern22 = [journal(datetime(2025, 3, 12, 0, 41, 7) + timedelta(seconds=i * 0.01), "node22", t)
               for i, t in enumerate(nvidia_boot())]
     kern22.append(journal(datetime(2025, 3, 12, 2, 17, 44), "node22",
@@ -453,8 +481,8 @@ def train_driver_upgrade_one_node(folder: Path) -> None:
             lines += [pylog(start + timedelta(seconds=8), f"[rank{rank}] waiting for all ranks at the NCCL rendezvous")]
         write(folder, f"{host}/train_rank{rank}.log", "\n".join(lines) + "\n")
     write(folder, "node09/torchrun.log", "\n".join([
-        pylog(start + timedelta(seconds=10), "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 70314 closing signal SIGTERM", "WARNING"),
-        pylog(start + timedelta(seconds=10, milliseconds=400), "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 70311) of binary: /usr/bin/python3", "ERROR"),
+        elastic(start + timedelta(seconds=10), "W", 70302, "multiprocessing/api.py:897", "Sending process 70314 closing signal SIGTERM"),
+        elastic(start + timedelta(seconds=10, milliseconds=400), "E", 70302, "multiprocessing/api.py:869", "failed (exitcode: 1) local_rank: 0 (pid: 70311) of binary: /usr/bin/python3"),
     ]) + "\n")
     write(folder, "slurm/sacct.txt", sacct([
         "77298|sft-7b|gpu|ml-research|96|COMPLETED|0:0|2025-03-04T21:10:00|2025-03-05T05:58:12|node[09-11]",
@@ -504,8 +532,10 @@ def train_host_oom_dataloader(folder: Path) -> None:
             lines += watchdog(rank, hang + timedelta(seconds=1800, milliseconds=55 + rank * 4), 60219, "ALLREDUCE",
                               2097152, 1800000, 1800055 + rank * 4)
         write(folder, f"logs/rank{rank}.log", "\n".join(lines) + "\n")
-    write(folder, "node02/torchrun.log", "\n".join([
-        pylog(sec(oom, 2), "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 90377) of binary: /usr/bin/python3", "ERROR"),
+    write(folder, "node01/torchrun.log", "\n".join(rendezvous(start - timedelta(seconds=3), 88101, 0, 2, 2, "node01")) + "\n")
+    write(folder, "node02/torchrun.log", "\n".join(rendezvous(start - timedelta(seconds=3), 90360, 1, 2, 2, "node01") + [
+        elastic(sec(oom, 2), "E", 90360, "multiprocessing/api.py:869",
+                "failed (exitcode: -9) local_rank: 0 (pid: 90377) of binary: /usr/bin/python3"),
     ]) + "\n")
     write(folder, "slurm/sacct.txt", sacct([
         "88312|vit-h-pretrain|gpu|vision|64|FAILED|1:0|2025-03-08T12:00:01|2025-03-08T17:10:12|node[01-02]",
@@ -623,6 +653,12 @@ def train_ecc_xid94(folder: Path) -> None:
             lines += watchdog(rank, hang + timedelta(seconds=600, milliseconds=21 + rank * 6), 14402, "REDUCE_SCATTER",
                               4194304, 600000, 600021 + rank * 6)
         write(folder, f"logs/rank{rank}.log", "\n".join(lines) + "\n")
+    write(folder, "node03/torchrun.log", "\n".join(rendezvous(start - timedelta(seconds=2), 19800, 0, 2, 2, "node03")) + "\n")
+    write(folder, "node04/torchrun.log", "\n".join(rendezvous(start - timedelta(seconds=2), 20900, 1, 2, 2, "node03") + [
+        elastic(sec(hit, 2.1), "W", 20900, "multiprocessing/api.py:897", "Sending process 20927 closing signal SIGTERM"),
+        elastic(sec(hit, 2.5), "E", 20900, "multiprocessing/api.py:869",
+                "failed (exitcode: 1) local_rank: 1 (pid: 20931) of binary: /usr/bin/python3"),
+    ]) + "\n")
     write(folder, "slurm/sacct.txt", sacct([
         "95120|mixtral-ft|gpu|llm|64|FAILED|1:0|2025-03-10T01:00:01|2025-03-10T03:57:41|node[03-04]",
         "95120.batch|batch||llm|32|FAILED|1:0|2025-03-10T01:00:01|2025-03-10T03:57:41|node03",
@@ -721,6 +757,9 @@ def train_thermal_straggler(folder: Path) -> None:
         lines += deepspeed_steps(rank, start + timedelta(minutes=1), hot, datetime(2025, 3, 12, 12, 0, 7),
                                  slow_rank=1, normal_s=1.02, slow_s=1.43)
         write(folder, f"logs/rank{rank}.log", "\n".join(lines) + "\n")
+    for node in range(2):
+        write(folder, f"node0{node + 5}/torchrun.log", "\n".join(
+            rendezvous(start - timedelta(seconds=2), 80190 + 2900 * node, node, 2, 2, "node05")) + "\n")
     write(folder, "slurm/job-97120.err", "slurmstepd: error: *** JOB 97120 ON node05 CANCELLED AT 2025-03-12T12:00:07 DUE TO TIME LIMIT ***\n")
     write(folder, "slurm/sacct.txt", sacct([
         "97120|llama-70b-sft|gpu|llm|64|TIMEOUT|0:0|2025-03-12T06:00:01|2025-03-12T12:00:07|node[05-06]",

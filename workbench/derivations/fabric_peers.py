@@ -56,7 +56,8 @@ def normalize_ip(text: str | None) -> str | None:
 
 
 def address_map(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    """IP -> host from every rank's NCCL init lines; addresses claimed by two hosts are dropped."""
+    """IP -> host from every rank's NCCL init lines, the hosts' own ``ip addr`` output, and a hosts file
+    (collectors/addresses.py); addresses claimed by two hosts are dropped."""
     seen: dict[str, set[str]] = defaultdict(set)
     for host, oob, devices in con.execute(
             "SELECT DISTINCT host, extra->>'oob', extra->>'net_devices' FROM topology WHERE host IS NOT NULL "
@@ -65,7 +66,33 @@ def address_map(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
             for m in _ADDRESS.finditer(" " + (text or "")):
                 if ip := normalize_ip(m.group("ip")):
                     seen[ip].add(host)
+    for host, key in con.execute("SELECT DISTINCT host, key FROM host_inventory WHERE host IS NOT NULL "
+                                 "AND key LIKE 'net.addr.%'").fetchall():
+        if ip := normalize_ip(key.removeprefix("net.addr.")):
+            seen[ip].add(host)
+    entries = con.execute("SELECT DISTINCT key, value FROM host_inventory WHERE key LIKE 'hosts_file.%'").fetchall()
+    if entries:
+        known = {h for (h,) in con.execute(
+            "SELECT host FROM topology WHERE host IS NOT NULL UNION SELECT host FROM event WHERE host IS NOT NULL "
+            "UNION SELECT host FROM host_inventory WHERE host IS NOT NULL").fetchall()}
+        for key, names in entries:
+            ip = normalize_ip(key.removeprefix("hosts_file."))
+            if ip and ip not in seen and (host := _known_name(names.split(), known)):
+                seen[ip].add(host)
     return {ip: next(iter(hosts)) for ip, hosts in seen.items() if len(hosts) == 1}
+
+
+def _known_name(names: list[str], known: set[str]) -> str | None:
+    """The name a hosts-file entry gives the host the bundle knows it by (``node14`` of ``node14-ib
+    node14``, ``node14.cluster``), else the entry's own short name."""
+    for name in names:
+        if name in known or name.split(".", 1)[0] in known:
+            return name if name in known else name.split(".", 1)[0]
+    for name in names:
+        for sep in ("-", "_"):
+            if (stem := name.split(".", 1)[0].rsplit(sep, 1)[0]) in known:
+                return stem
+    return names[0].split(".", 1)[0] if names else None
 
 
 def derive(con: duckdb.DuckDBPyConnection) -> Iterator[Event]:

@@ -1,0 +1,211 @@
+"""Where a log's ranks ran, as the launcher's lines say it when NCCL's init lines are missing.
+
+Most jobs run with NCCL_DEBUG unset: no ``Init COMPLETE`` line maps rank -> host -> GPU. The launchers
+still leave that map behind, and the NCCL log reader (collectors/nccl.py) hands each line it reads here:
+
+- a launcher prefix on the line (``[rank3]:`` torchrun --tee, ``3: `` srun -l, ``[1,3]<stderr>:`` mpirun)
+  and an NCCL WARN header on it or in the same one-rank file (``node07:48211:48388 [1] NCCL WARN …``):
+  rank, host, pid and CUDA device (``placed_by`` ``nccl_header``);
+- ``srun -l`` task numbers with no host anywhere: rows without a host (``srun_label``), which
+  workbench/rank_places.py lays over the Slurm job's node list;
+- torch elastic's rendezvous table (``[default] Rendezvous complete for workers. Result:`` then
+  ``group_rank=1``, ``local_ranks=[0, 1]``, ``global_ranks=[2, 3]``, …) in an agent log of a known host
+  (``torchelastic``);
+- an environment dump (``SLURM_PROCID=3``, ``SLURM_LOCALID=1``, ``RANK``, ``LOCAL_RANK``, ``SLURMD_NODENAME``,
+  ``CUDA_VISIBLE_DEVICES``, ``export``/``declare -x`` forms, one dump per prefix rank) (``environment``);
+- torchrun's failure table (``rank: 1 (local_rank: 1)``, ``host: node07``, ``pid: 48211``)
+  (``failure_table``).
+
+Each becomes a ``topology`` row at the end of the file, marked ``extra.placed_by``; a CUDA device the
+evidence pins to a physical GPU (CUDA_VISIBLE_DEVICES with the local rank) is ``extra.gpu_index``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from collectors._torch_dist import Continuation, Finding
+from collectors.base import Topology
+
+MAX_RANKS = 65536
+_JOB_IN_NAME = re.compile(r"(?:slurm|job)[-_.]?(?P<job>\d{2,})")
+_ENV = re.compile(r"^\s*(?:export\s+|declare -x\s+)?(?P<key>SLURM_PROCID|SLURM_LOCALID|SLURMD_NODENAME|SLURM_JOB_ID|"
+                  r"SLURM_JOBID|RANK|LOCAL_RANK|GROUP_RANK|WORLD_SIZE|CUDA_VISIBLE_DEVICES|HOSTNAME)="
+                  r"[\"']?(?P<value>[^\"'\s]*)[\"']?\s*$")
+ENV_NEEDLES = ("RANK=", "SLURM_PROCID=", "SLURM_LOCALID=", "NODENAME=", "CUDA_VISIBLE_DEVICES=", "HOSTNAME=")
+"""What an environment dump line holds (the reader's prefilter needles)."""
+RENDEZVOUS = "Rendezvous complete for workers"
+_TABLE_ROW = re.compile(r"^\s*(?P<key>[a-z_]+)=(?P<value>.*?)\s*$")
+_INTS = re.compile(r"\d+")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in _INTS.findall(text)]
+
+
+class Rendezvous(Continuation):
+    """torch elastic's ``Rendezvous complete for workers. Result:`` block, one ``key=value`` a line."""
+
+    budget = 16
+
+    def __init__(self, places: LauncherPlaces) -> None:
+        self.places = places
+        self.fields: dict[str, str] = {}
+
+    def feed(self, text: str, lineno: int) -> bool:
+        m = _TABLE_ROW.match(text)
+        if m is None:
+            return not text.strip() and not self.fields
+        self.fields[m.group("key")] = m.group("value")
+        return True
+
+    def finish(self) -> list[Finding]:
+        self.places.rendezvous(self.fields)
+        return []
+
+
+@dataclass
+class _Header:
+    host: str
+    pid: int
+    dev: int
+    ranks: set[int] = field(default_factory=set)
+
+
+class LauncherPlaces:
+    """Collects one log's launcher evidence; ``rows`` turns it into topology rows at the end."""
+
+    def __init__(self, host: str | None, source_name: str) -> None:
+        self.host = host
+        m = _JOB_IN_NAME.search(source_name.rsplit("/", 1)[-1])
+        self.job = m.group("job") if m else None
+        self.file_ranks: set[int] = set()
+        self.tasks: set[int] = set()
+        self.headers: dict[tuple[str, int, int], _Header] = {}
+        self.env: dict[int | None, dict[str, str]] = {}
+        self.conflicts: set[int | None] = set()
+        self.tables: list[dict[str, str]] = []
+        self.failures: list[Topology] = []
+        self.local_failures: list[tuple[str, int, int]] = []
+
+    def prefix(self, rank: int | None, task: int | None) -> None:
+        """A line's launcher prefix: the rank it names (``task`` when it was ``srun -l``'s)."""
+        if rank is not None and len(self.file_ranks) < MAX_RANKS:
+            self.file_ranks.add(rank)
+        if task is not None and len(self.tasks) < MAX_RANKS:
+            self.tasks.add(task)
+
+    def header(self, rank: int | None, host: str, pid: int, dev: int) -> None:
+        """An NCCL ``host:pid:tid [dev]`` header, with the rank its line's prefix names."""
+        key = (host, pid, dev)
+        entry = self.headers.get(key)
+        if entry is None:
+            if len(self.headers) >= MAX_RANKS:
+                return
+            entry = self.headers[key] = _Header(host, pid, dev)
+        if rank is not None:
+            entry.ranks.add(rank)
+
+    def env_line(self, rank: int | None, text: str) -> bool:
+        """One ``KEY=value`` line of an environment dump (under its prefix rank); False if it is not one."""
+        m = _ENV.match(text)
+        if m is None:
+            return False
+        dump = self.env.setdefault(rank, {}) if len(self.env) < MAX_RANKS else {}
+        key, value = m.group("key"), m.group("value")
+        if dump.get(key, value) != value:
+            self.conflicts.add(rank)
+        dump[key] = value
+        return True
+
+    def rendezvous(self, fields: dict[str, str]) -> None:
+        if "global_ranks" in fields and len(self.tables) < 1024:
+            self.tables.append(fields)
+
+    def failure(self, finding: Finding, host: str | None) -> None:
+        """torchrun's root-cause / failure table names rank, host and pid together."""
+        a = finding.attrs
+        rank, local, pid = a.get("rank"), a.get("local_rank"), a.get("pid")
+        host = host or self.host
+        if not host or len(self.failures) >= MAX_RANKS:
+            return
+        if isinstance(rank, int):
+            self.failures.append(Topology(rank=rank, host=host, pid=pid if isinstance(pid, int) else None,
+                                          job=self.job, extra=_extra("failure_table", local)))
+        elif isinstance(local, int) and isinstance(pid, int):
+            self.local_failures.append((host, local, pid))
+
+    def rows(self, nccl_placed: set[tuple[str, int]]) -> Iterator[Topology]:
+        """The topology rows, leaving out processes NCCL's own init lines already placed."""
+        sole = next(iter(self.file_ranks)) if len(self.file_ranks) == 1 else None
+        hosted: set[int] = set()
+        for entry in self.headers.values():
+            if (entry.host, entry.pid) in nccl_placed:
+                continue
+            rank = next(iter(entry.ranks)) if len(entry.ranks) == 1 else (sole if not entry.ranks else None)
+            if rank is None:
+                continue
+            hosted.add(rank)
+            yield Topology(rank=rank, host=entry.host, pid=entry.pid, cuda_dev=entry.dev, job=self.job,
+                           extra={"placed_by": "nccl_header"})
+        for task in sorted(self.tasks - hosted):
+            yield Topology(rank=task, job=self.job, extra={"placed_by": "srun_label"})
+        for fields in self.tables:
+            yield from self._table_rows(fields)
+        yield from self._local_failure_rows()
+        for rank_key, dump in self.env.items():
+            if rank_key not in self.conflicts and (row := self._env_row(rank_key, dump)) is not None:
+                yield row
+        yield from self.failures
+
+    def _table_rows(self, fields: dict[str, str]) -> Iterator[Topology]:
+        globals_, locals_ = _ints(fields.get("global_ranks", "")), _ints(fields.get("local_ranks", ""))
+        sizes = _ints(fields.get("global_world_sizes", ""))
+        if not self.host or len(globals_) != len(locals_):
+            return
+        for rank, local in zip(globals_, locals_):
+            extra = _extra("torchelastic", local)
+            if fields.get("group_rank", "").isdigit():
+                extra["group_rank"] = int(fields["group_rank"])
+            yield Topology(rank=rank, host=self.host, nranks=max(sizes) if sizes else None, job=self.job,
+                           extra=extra)
+
+    def _local_failure_rows(self) -> Iterator[Topology]:
+        """``failed (exitcode: 1) local_rank: 1 (pid: 20931)``: the agent's own table says which global
+        rank its local rank 1 was."""
+        for host, local, pid in self.local_failures:
+            ranks = {dict(zip(_ints(t.get("local_ranks", "")), _ints(t.get("global_ranks", "")))).get(local)
+                     for t in self.tables} - {None}
+            if host == self.host and len(ranks) == 1:
+                yield Topology(rank=ranks.pop(), host=host, pid=pid, job=self.job,
+                               extra=_extra("failure_table", local))
+
+    def _env_row(self, prefix_rank: int | None, dump: dict[str, str]) -> Topology | None:
+        rank_text = dump.get("SLURM_PROCID") or dump.get("RANK")
+        rank = int(rank_text) if rank_text and rank_text.isdigit() else prefix_rank
+        host = dump.get("SLURMD_NODENAME") or dump.get("HOSTNAME") or self.host
+        if rank is None or not host:
+            return None
+        local_text = dump.get("LOCAL_RANK") or dump.get("SLURM_LOCALID")
+        local = int(local_text) if local_text and local_text.isdigit() else None
+        extra = _extra("environment", local)
+        visible = [v for v in dump.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
+        if visible and all(v.isdigit() for v in visible):
+            if len(visible) == 1:
+                extra["gpu_index"] = int(visible[0])
+            elif local is not None and local < len(visible):
+                extra["gpu_index"] = int(visible[local])
+        world = dump.get("WORLD_SIZE") or ""
+        return Topology(rank=rank, host=host.split(".", 1)[0] if host != self.host else host,
+                        nranks=int(world) if world.isdigit() else None,
+                        job=dump.get("SLURM_JOB_ID") or dump.get("SLURM_JOBID") or self.job, extra=extra)
+
+
+def _extra(placed_by: str, local_rank: Any) -> dict[str, Any]:
+    extra: dict[str, Any] = {"placed_by": placed_by}
+    if isinstance(local_rank, int):
+        extra["local_rank"] = local_rank
+    return extra
