@@ -28,6 +28,8 @@ from types import ModuleType
 from typing import Any, BinaryIO
 
 from collectors import registry
+from collectors._signatures import STRUCTURED_KINDS
+from collectors._signatures import catalog as signature_catalog
 from collectors.base import Event, HostFact, ParseContext, Skipped
 from workbench.bundle import Bundle
 from workbench.derive import run_derivations
@@ -132,17 +134,21 @@ class Session:
                 result.status = "duplicate"
                 return result
             result.status = "same bytes as another host's"
-        if module is None or not hasattr(module, "parse"):
-            if is_new:
-                self.bundle.set_parse_stats(aid, lines=0, events=0, rows=0, skipped=0, skip_reasons={})
-            self._maybe_commit(result.size)
-            return result
         ctx = ParseContext(host=host, boot_time=self.boot_times.get(host or "", self.default_boot),
                            reference_time=self.reference_time, mtime=mtime, source_name=name,
                            boot_times=self.boot_times, reference_times=self.reference_times,
                            captured_at=captured_at)
         writer = self.writer
         writer.start(sha)
+        if module is None or not hasattr(module, "parse"):
+            self._recognise(stream_factory, kind, ctx, {}, host, "signatures")
+            result.events = writer.counts.get("event", 0)
+            if is_new:
+                self.bundle.set_parse_stats(aid, lines=0, events=result.events, rows=result.events,
+                                            skipped=writer.skipped, skip_reasons=writer.skip_reasons)
+            self._maybe_commit(result.size)
+            return result
+        parsed: dict[int, set[str]] = {}
         source_name = module.NAME
         layer = getattr(module, "LAYER", None)
         try:
@@ -152,6 +158,8 @@ class Session:
                         row.source = row.source or source_name
                         row.layer = row.layer or layer
                         row.host = row.host or host
+                        if row.line is not None:
+                            parsed.setdefault(row.line, set()).add(row.kind)
                     elif isinstance(row, HostFact):
                         row.host = row.host or host
                         self._learn(row)
@@ -161,6 +169,7 @@ class Session:
         except Exception as exc:  # a parser bug must not lose the bundle: count it, keep the raw bytes
             writer.add(Skipped(ctx.lines_read or None, f"parser error: {type(exc).__name__}: {exc}"[:200]))
             result.error = f"{type(exc).__name__}: {exc}"[:200]
+        self._recognise(stream_factory, kind, ctx, parsed, host, source_name)
         result.lines = ctx.lines_read
         result.events = writer.counts.get("event", 0)
         result.rows = sum(writer.counts.values())
@@ -171,6 +180,22 @@ class Session:
                                         skipped=result.skipped, skip_reasons=writer.skip_reasons)
         self._maybe_commit(result.size)
         return result
+
+    def _recognise(self, stream_factory: Callable[[], BinaryIO], kind: str, ctx: ParseContext,
+                   parsed: dict[int, set[str]], host: str | None, source_name: str) -> None:
+        """Known messages of playbooks/signatures.yaml on every line of a text artifact, after its format
+        parser, whatever the wrapper: a line the parser already wrote the same kind for is not written again."""
+        if kind in STRUCTURED_KINDS:
+            return
+        try:
+            with stream_factory() as stream:
+                for event in signature_catalog().scan(stream, reference=ctx.reference_for(host),
+                                                      boot=ctx.boot_time_for(host), parsed=parsed):
+                    event.source = event.source or source_name
+                    event.host = event.host or host
+                    self.writer.add(event)
+        except Exception as exc:  # a catalog bug must not lose the bundle: count it, keep the raw bytes
+            self.writer.add(Skipped(None, f"signature error: {type(exc).__name__}: {exc}"[:200]))
 
     def finish(self) -> None:
         """Write the rows still buffered and commit; call once after the last artifact."""

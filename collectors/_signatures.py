@@ -1,0 +1,353 @@
+"""Known messages recognised on every line of every text artifact, whatever its format: the catalog
+of playbooks/signatures.yaml.
+
+A format parser knows the lines of its own format; a known message (a CUDA error, a vLLM engine
+failure, a cgroup OOM kill, an Xid) also arrives pasted into an issue, inside a container's log, in
+a file no sniffer recognised. The catalog is data, like lnav's formats: each signature has a regex
+whose named groups become attrs, a kind, a layer, a severity, the cause it points to, literal
+anchors, and at least two real sample lines with their source (the loader refuses fewer).
+
+Cost: all anchors are compiled into one RE2 alternation run over raw byte blocks (a DFA, ~800 MB/s
+here, against ~30 MB/s for Python's ``re`` with the same alternation), so only lines holding an
+anchor are decoded, framed (collectors/_framing.py) and matched against the few signatures whose
+anchors they hold.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from collectors._framing import Framed, frame_lines, peel
+from collectors.base import LAYERS, SEVERITIES, Event, normalize_pci
+
+CATALOG = Path(__file__).resolve().parent.parent / "playbooks" / "signatures.yaml"
+MIN_SAMPLES = 2
+BLOCK_BYTES = 4 << 20
+MAX_LINE = 64 << 10
+"""Only the first 64 KiB of a line are matched: a known message is never longer."""
+NEIGHBOUR_LINES = 32
+FIELDS = {"id", "kind", "layer", "severity", "severity_when", "cause", "anchors", "regex", "also", "attrs", "types",
+          "parsed_as", "samples", "meaning"}
+TYPES = ("int", "float", "size", "hex")
+
+STRUCTURED_KINDS = frozenset({
+    "sacct_json", "slurm_json", "k8s_events_json", "k8s_pods_json", "k8s_nodes_json", "k8s_json", "k8s_yaml",
+    "nvidia_smi_xml", "nvidia_smi_csv", "nvml_json", "prom_text", "prom_api_json", "metrics_csv", "dcgm_dmon",
+    "iostat", "diskstats", "proc_stat", "proc_uptime", "pip_freeze", "bench_summary"})
+"""Artifacts whose parsers read a structure, not lines of text: the catalog does not run over them."""
+
+
+class SignatureError(ValueError):
+    """playbooks/signatures.yaml is malformed: named with the signature and the field."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    line: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One known message."""
+
+    id: str
+    kind: str
+    layer: str
+    severity: str
+    cause: str | None
+    anchors: tuple[str, ...]
+    regex: re.Pattern[str]
+    also: tuple[re.Pattern[str], ...]
+    """further regexes whose named groups add attrs when they match"""
+    severity_when: dict[str, dict[str, str]]
+    """attr -> {value: severity}: a UE is critical where a CE is a warning"""
+    attrs: dict[str, Any]
+    """constant attrs every match carries (``oom: true``)"""
+    types: dict[str, str]
+    """named groups that are numbers: int, float, hex, or size (``3.00 GiB``, adds ``<name>_mib``)"""
+    parsed_as: tuple[str, ...]
+    """kinds a format parser may already have written for the same line (then this one is not written)"""
+    samples: tuple[Sample, ...]
+    meaning: str = ""
+
+    def match(self, body: str) -> dict[str, Any] | None:
+        """The attrs of a match on a line's body, or None."""
+        m = self.regex.search(body)
+        if m is None:
+            return None
+        attrs: dict[str, Any] = dict(self.attrs)
+        for extra in self.also:
+            if found := extra.search(body):
+                self._typed(found, attrs)
+        self._typed(m, attrs)
+        attrs["signature"] = self.id
+        if self.cause:
+            attrs["causes"] = [self.cause]
+        return attrs
+
+    def severity_of(self, attrs: dict[str, Any]) -> str:
+        for name, by_value in self.severity_when.items():
+            if str(attrs.get(name)) in by_value:
+                return by_value[str(attrs.get(name))]
+        return self.severity
+
+    def _typed(self, m: re.Match[str], attrs: dict[str, Any]) -> None:
+        for name, value in m.groupdict().items():
+            if value is None:
+                continue
+            kind = self.types.get(name)
+            if kind is None:
+                attrs[name] = value.strip()
+            elif kind == "size":
+                attrs[name] = value.strip()
+                attrs[f"{name}_mib"] = to_mib(value)
+            else:
+                attrs[name] = _number(value, kind)
+
+
+def load_signatures(path: Path = CATALOG) -> tuple[Signature, ...]:
+    """Every signature of the catalog, validated; raises SignatureError naming the bad entry."""
+    import yaml  # deferred: capture on a bare node never reads the catalog
+
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    entries = doc.get("signatures") if isinstance(doc, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise SignatureError(f"{path.name}: a top-level 'signatures' list is required")
+    seen: set[str] = set()
+    out = []
+    for i, entry in enumerate(entries):
+        sig = _signature(entry, f"{path.name} entry {i + 1}")
+        if sig.id in seen:
+            raise SignatureError(f"{path.name}: signature id {sig.id!r} is given twice")
+        seen.add(sig.id)
+        out.append(sig)
+    return tuple(out)
+
+
+def _signature(entry: Any, where: str) -> Signature:
+    if not isinstance(entry, dict):
+        raise SignatureError(f"{where}: a mapping is required")
+    where = f"{where} ({entry.get('id', '?')})"
+    unknown = set(entry) - FIELDS
+    if unknown:
+        raise SignatureError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    for key in ("id", "kind", "layer", "severity", "regex"):
+        if not isinstance(entry.get(key), str) or not entry[key]:
+            raise SignatureError(f"{where}: '{key}' (text) is required")
+    if entry["layer"] not in LAYERS:
+        raise SignatureError(f"{where}: layer {entry['layer']!r} is not one of {', '.join(LAYERS)}")
+    if entry["severity"] not in SEVERITIES:
+        raise SignatureError(f"{where}: severity {entry['severity']!r} is not one of {', '.join(SEVERITIES)}")
+    try:
+        regex = re.compile(entry["regex"])
+        also = tuple(re.compile(r) for r in entry.get("also") or ())
+    except (re.error, TypeError) as exc:
+        raise SignatureError(f"{where}: regex does not compile: {exc}") from None
+    groups = set(regex.groupindex).union(*(a.groupindex for a in also))
+    severity_when = entry.get("severity_when") or {}
+    if not isinstance(severity_when, dict) or any(
+            k not in groups or not isinstance(v, dict) or not set(map(str, v.values())) <= set(SEVERITIES)
+            for k, v in severity_when.items()):
+        raise SignatureError(f"{where}: severity_when must map a group of the regex to {{value: severity}}")
+    anchors = entry.get("anchors")
+    if not isinstance(anchors, list) or not anchors or not all(isinstance(a, str) and len(a) >= 3 for a in anchors):
+        raise SignatureError(f"{where}: 'anchors' must list literal texts of 3 characters or more")
+    types = entry.get("types") or {}
+    bad = {k: v for k, v in types.items() if v not in TYPES or k not in groups}
+    if bad:
+        raise SignatureError(f"{where}: types {bad} name no group of the regex or no type of {', '.join(TYPES)}")
+    samples = entry.get("samples")
+    if not isinstance(samples, list) or len(samples) < MIN_SAMPLES:
+        raise SignatureError(f"{where}: at least {MIN_SAMPLES} real sample lines with their source are required")
+    parsed: list[Sample] = []
+    for sample in samples:
+        if not isinstance(sample, dict) or not isinstance(sample.get("line"), str) \
+                or not isinstance(sample.get("source"), str) or not sample["source"].strip():
+            raise SignatureError(f"{where}: each sample needs 'line' and 'source' (a URL or a tests/ path)")
+        parsed.append(Sample(sample["line"], sample["source"]))
+    return Signature(id=entry["id"], kind=entry["kind"], layer=entry["layer"], severity=entry["severity"],
+                     cause=entry.get("cause"), anchors=tuple(anchors), regex=regex, also=also,
+                     severity_when={k: {str(a): str(b) for a, b in v.items()} for k, v in severity_when.items()},
+                     attrs=dict(entry.get("attrs") or {}),
+                     types=dict(types), parsed_as=tuple(entry.get("parsed_as") or ()), samples=tuple(parsed),
+                     meaning=str(entry.get("meaning") or ""))
+
+
+@cache
+def catalog() -> Matcher:
+    """The matcher of playbooks/signatures.yaml, built once per process."""
+    return Matcher(load_signatures())
+
+
+class Matcher:
+    """The catalog compiled: one RE2 prefilter of every anchor, then the signatures a line's anchors name."""
+
+    def __init__(self, signatures: tuple[Signature, ...]) -> None:
+        import re2  # deferred: a C++ DFA that only ingest needs
+
+        self.signatures = signatures
+        anchors = sorted({a for s in signatures for a in s.anchors}, key=len, reverse=True)
+        options = re2.Options()
+        options.max_mem = 64 << 20
+        self.prefilter = re2.compile("|".join(re.escape(a) for a in anchors).encode(), options)
+        self.by_anchor: dict[bytes, list[int]] = {}
+        for i, sig in enumerate(signatures):
+            for anchor in sig.anchors:
+                self.by_anchor.setdefault(anchor.encode(), []).append(i)
+        self.anchors = [(a.encode(), self.by_anchor[a.encode()]) for a in anchors]
+
+    def match(self, body: str) -> tuple[Signature, dict[str, Any]] | None:
+        """The first signature (catalog order) that matches a message body, with its attrs."""
+        raw = body.encode("utf-8", "replace")
+        if self.prefilter.search(raw) is None:
+            return None
+        return self._first(raw, body)
+
+    def _first(self, raw: bytes, body: str) -> tuple[Signature, dict[str, Any]] | None:
+        candidates = sorted({i for anchor, ids in self.anchors if anchor in raw for i in ids})
+        for i in candidates:
+            sig = self.signatures[i]
+            attrs = sig.match(body)
+            if attrs is not None:
+                return sig, attrs
+        return None
+
+    def scan(self, stream: BinaryIO, *, reference: datetime | None = None, boot: datetime | None = None,
+             parsed: dict[int, set[str]] | None = None) -> Iterator[Event]:
+        """Events for every line of ``stream`` that a signature recognises; ``parsed`` maps a line
+        number to the kinds a format parser already wrote for it (those are not written twice)."""
+        parsed = parsed or {}
+        first_line = 1
+        carry = b""
+        while True:
+            chunk = stream.read(BLOCK_BYTES)
+            data = carry + chunk
+            if not data:
+                return
+            cut = data.rfind(b"\n") + 1 if chunk else len(data)
+            if cut == 0:
+                if len(data) < 4 * BLOCK_BYTES:
+                    carry = data
+                    continue
+                cut = len(data)
+            block, carry = data[:cut], data[cut:]
+            yield from self._block(block, first_line, reference, boot, parsed)
+            first_line += block.count(b"\n")
+            if not chunk:
+                return
+
+    def _block(self, block: bytes, first_line: int, reference: datetime | None, boot: datetime | None,
+               parsed: dict[int, set[str]]) -> Iterator[Event]:
+        counted_to, line_no, last_start = 0, first_line, -1
+        for hit in self.prefilter.finditer(block):
+            start = block.rfind(b"\n", 0, hit.start()) + 1
+            if start == last_start:
+                continue
+            last_start = start
+            line_no += block.count(b"\n", counted_to, start)
+            counted_to = start
+            end = block.find(b"\n", start)
+            end = len(block) if end < 0 else end
+            raw = block[start:min(end, start + MAX_LINE)]
+            text = raw.decode("utf-8", "replace").rstrip("\r")
+            framed = peel(text, line_no, reference=reference, boot=boot)
+            for piece in framed.message.split("#012"):
+                found = self._first(piece.encode("utf-8", "replace"), piece)
+                if found is None:
+                    continue
+                sig, attrs = found
+                done = parsed.get(line_no, ())
+                if sig.kind in done or any(k in done for k in sig.parsed_as):
+                    break
+                if framed.ts is None:
+                    _date_from_neighbours(framed, block, start, end, reference, boot)
+                yield event_of(sig, attrs, framed, piece)
+                break
+
+
+def _date_from_neighbours(framed: Framed, block: bytes, start: int, end: int, reference: datetime | None,
+                          boot: datetime | None) -> None:
+    """An undated line takes the time of the nearest dated line around it (``dmesg -H`` deltas
+    added up), marked approximate; nothing dated nearby leaves it undated."""
+    lo = start
+    for _ in range(NEIGHBOUR_LINES):
+        if lo == 0:
+            break
+        lo = block.rfind(b"\n", 0, lo - 1) + 1
+    before = block[lo:start].decode("utf-8", "replace").splitlines()
+    line = block[start:end].decode("utf-8", "replace")
+    window = list(frame_lines([*before, line], reference=reference, boot=boot))
+    last = window[-1] if window else None
+    if last is None or last.ts is None:
+        hi = end
+        for _ in range(NEIGHBOUR_LINES):
+            nxt = block.find(b"\n", hi + 1)
+            if nxt < 0:
+                hi = len(block)
+                break
+            hi = nxt
+        after = block[end:hi].decode("utf-8", "replace").splitlines()
+        dated = next((f for f in frame_lines(after, reference=reference, boot=boot) if f.ts is not None
+                      and f.ts_origin != "neighbour"), None)
+        if dated is None:
+            return
+        framed.ts, framed.ts_origin, framed.ts_approx = dated.ts, "neighbour", True
+        return
+    framed.ts, framed.ts_approx = last.ts, True
+    framed.ts_origin = last.ts_origin if last.ts_origin == "dmesg_human" else "neighbour"
+
+
+def event_of(sig: Signature, attrs: dict[str, Any], framed: Framed, body: str) -> Event:
+    """The timeline event of one match; an Xid takes its name, meaning, layer and causes from the Xid catalog."""
+    layer, severity = sig.layer, sig.severity_of(attrs)
+    if sig.kind == "xid" and isinstance(attrs.get("xid"), int):
+        info = _xid_info(attrs["xid"])
+        layer, severity = info.pop("layer"), info.pop("severity")
+        attrs = {**info, **attrs}
+    pci = attrs.get("pci")
+    return Event(kind=sig.kind, message=body.strip()[:2000], ts=framed.ts, ts_origin=framed.ts_origin,
+                 ts_approx=framed.ts_approx, ts_raw=framed.ts_raw, host=framed.host, layer=layer,
+                 severity=severity, gpu=normalize_pci(pci) if isinstance(pci, str) else None, rank=framed.rank,
+                 attrs=attrs, line=framed.line)
+
+
+def _xid_info(code: int) -> dict[str, Any]:
+    """What the Xid catalog says about a code, so an Xid found in any wrapper reads like the kernel's."""
+    from collectors._xid_catalog import lookup
+
+    info = lookup(code)
+    return {"name": info.name, "meaning": info.meaning, "action": info.action, "follower": info.follower,
+            "causes": list(info.causes), "layer": info.layer, "severity": info.severity}
+
+
+_UNITS = {"b": 1 / (1 << 20), "kb": 1 / 1024, "kib": 1 / 1024, "mb": 1.0, "mib": 1.0, "gb": 1024.0, "gib": 1024.0,
+          "tb": float(1 << 20), "tib": float(1 << 20)}
+
+
+def to_mib(text: str) -> float | None:
+    """``3.00 GiB`` -> 3072.0 (PyTorch prints binary units, sometimes spelled GB)."""
+    m = re.fullmatch(r"\s*([\d.]+)\s*([KMGT]?i?B)\s*", text, re.IGNORECASE)
+    if not m:
+        return None
+    try:
+        return round(float(m.group(1)) * _UNITS[m.group(2).lower()], 2)
+    except (ValueError, KeyError):
+        return None
+
+
+def _number(value: str, kind: str) -> int | float | str:
+    try:
+        if kind == "int":
+            return int(value)
+        if kind == "hex":
+            return int(value, 16)
+        return float(value)
+    except ValueError:
+        return value

@@ -1,0 +1,159 @@
+"""The signature catalog: every real sample recognised by its own signature, in any wrapper, once."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+
+from collectors import vocabulary
+from collectors._framing import peel
+from collectors._signatures import CATALOG, SignatureError, catalog, load_signatures
+from tests.conftest import ingest_timeline
+from workbench.causes import load_causes
+
+SIGNATURES = load_signatures()
+SAMPLES = [(sig, sample) for sig in SIGNATURES for sample in sig.samples]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(("sig", "sample"), SAMPLES, ids=[f"{s.id}-{i}" for i, (s, _) in enumerate(SAMPLES)])
+def test_every_sample_is_recognised_by_its_own_signature(sig, sample):
+    found = catalog().match(peel(sample.line).message)
+    assert found is not None, f"{sig.id}: sample not recognised: {sample.line!r}"
+    assert found[0].id == sig.id
+    attrs = found[1]
+    assert attrs["signature"] == sig.id
+    assert vocabulary.problems(sig.kind, sig.layer if sig.kind != "xid" else "gpu", attrs) == []
+
+
+@pytest.mark.parametrize(("sig", "sample"), SAMPLES, ids=[f"{s.id}-{i}" for i, (s, _) in enumerate(SAMPLES)])
+def test_every_sample_holds_an_anchor_and_names_its_source(sig, sample):
+    assert any(anchor in sample.line for anchor in sig.anchors), "the prefilter would never show this line"
+    source = sample.source
+    assert source.startswith("https://") or (ROOT / source).is_file(), source
+    if not source.startswith("https://"):
+        assert sample.line.strip() in (ROOT / source).read_text(encoding="utf-8"), "sample is not in its source file"
+
+
+def test_every_kind_and_cause_is_declared():
+    causes = set(load_causes())
+    for sig in SIGNATURES:
+        assert sig.kind in vocabulary.event_kinds(), sig.id
+        if sig.kind != "xid":
+            assert sig.layer in vocabulary.event_kinds()[sig.kind].layers, sig.id
+        assert sig.cause is None or sig.cause in causes, sig.id
+
+
+def _catalog_with(tmp_path: Path, **changes) -> Path:
+    doc = yaml.safe_load(CATALOG.read_text(encoding="utf-8"))
+    doc["signatures"][0].update(changes)
+    path = tmp_path / "signatures.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"samples": [{"line": "CUDA_ERROR_ECC_UNCORRECTABLE", "source": "https://example.org/1"}]}, "at least 2"),
+    ({"samples": [{"line": "a"}, {"line": "b"}]}, "'source'"),
+    ({"severity": "fatal"}, "severity"),
+    ({"layer": "network"}, "layer"),
+    ({"types": {"nope": "int"}}, "types"),
+    ({"regex": "(?P<x>"}, "does not compile"),
+    ({"anchors": []}, "anchors"),
+    ({"colour": "red"}, "unknown field"),
+])
+def test_loader_refuses_a_bad_signature_naming_it(tmp_path, change, message):
+    with pytest.raises(SignatureError, match="cuda_ecc_uncorrectable") as err:
+        load_signatures(_catalog_with(tmp_path, **change))
+    assert message in str(err.value)
+
+
+def test_oom_numbers_become_attrs_in_mib():
+    line = ("2025-01-02T03:04:05.1Z stderr F [rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+            "2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.50 GiB is free. Including non-PyTorch "
+            "memory, this process has 4.00 GiB memory in use. Of the allocated memory 2.50 GiB is allocated by "
+            "PyTorch, and 512.00 MiB is reserved by PyTorch but unallocated.")
+    events = list(catalog().scan(io.BytesIO(line.encode() + b"\n")))
+    assert len(events) == 1
+    attrs = events[0].attrs
+    assert (attrs["tried_alloc_mib"], attrs["total_capacity_mib"], attrs["free_mib"], attrs["allocated_by_pytorch_mib"],
+            attrs["reserved_unallocated_mib"], attrs["gpu_index"]) == (2048.0, 81049.6, 1536.0, 2560.0, 512.0, 0)
+    assert events[0].rank == 3 and events[0].ts == datetime(2025, 1, 2, 3, 4, 5, 100000, tzinfo=timezone.utc)
+    assert attrs["causes"] == ["gpu_oom"] and attrs["exception"] == "torch.OutOfMemoryError"
+
+
+def test_an_xid_in_any_wrapper_reads_like_the_kernels():
+    line = (b'{"log":"NVRM: Xid (PCI:0000:19:00): 79, pid=0, GPU has fallen off the bus.\\n","stream":"stdout",'
+            b'"time":"2025-01-02T03:04:05Z"}\n')
+    (event,) = catalog().scan(io.BytesIO(line))
+    assert (event.kind, event.gpu, event.attrs["xid"], event.attrs["name"]) == (
+        "xid", "0000:19:00.0", 79, "GPU has fallen off the bus")
+    assert "gpu_fell_off_bus" in event.attrs["causes"] and event.layer in ("gpu", "hardware")
+
+
+def test_severity_follows_the_line_where_the_catalog_says_so():
+    ce = "EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#2_DIMM#0"
+    severities = [e.severity for e in catalog().scan(io.BytesIO(f"{ce}\n{ce.replace(' CE ', ' UE ')}\n".encode()))]
+    assert severities == ["warning", "critical"]
+
+
+def test_a_line_the_parser_wrote_is_not_written_again():
+    data = b"noise\nMemory cgroup out of memory: Killed process 42 (python)\nNCCL WARN Call to ibv_create_qp failed\n"
+    assert [(e.kind, e.line) for e in catalog().scan(io.BytesIO(data))] == [("oom_kill", 2), ("nccl_warn", 3)]
+    kept = catalog().scan(io.BytesIO(data), parsed={2: {"oom_kill"}, 3: {"nccl_net_error"}})
+    assert list(kept) == []
+    other_kind = catalog().scan(io.BytesIO(data), parsed={2: {"k8s_event"}})
+    assert [e.line for e in other_kind] == [2, 3]
+
+
+def test_undated_lines_take_a_dated_neighbours_time_approximately():
+    data = (b"[May19 19:57] usb 1-1: new device\n[  +2.500000] something\n"
+            b"[  +0.500000] Memory cgroup out of memory: Killed process 7 (python)\n")
+    (event,) = catalog().scan(io.BytesIO(data), reference=datetime(2025, 6, 1, tzinfo=timezone.utc))
+    assert event.ts == datetime(2025, 5, 19, 19, 57, 3, tzinfo=timezone.utc) and event.ts_approx
+    (bare,) = catalog().scan(io.BytesIO(b"RuntimeError: CUDA error: uncorrectable ECC error encountered\n"))
+    assert bare.ts is None and bare.severity == "critical"
+
+
+def test_lines_split_across_blocks_are_found_with_their_numbers(monkeypatch):
+    from collectors import _signatures
+
+    monkeypatch.setattr(_signatures, "BLOCK_BYTES", 64)
+    data = b"".join(f"filler line {i:04d} with some words\n".encode() for i in range(20))
+    data += b"Failed to initialize NVML: Driver/library version mismatch\n" + data
+    (event,) = catalog().scan(io.BytesIO(data))
+    assert event.line == 21 and event.kind == "nvidia_smi_error"
+
+
+def test_ingest_recognises_known_lines_in_files_no_sniffer_takes(tmp_path):
+    pasted = tmp_path / "evidence" / "comment.txt"
+    pasted.parent.mkdir()
+    pasted.write_text("It crashed again overnight, here is what I got:\n\n"
+                      "> RuntimeError: DataLoader worker (pid 3855) is killed by signal: Killed.\n"
+                      "and in the fabric manager log:\n"
+                      "nv-fabricmanager[3228]: fabric manager NVIDIA GPU driver interface version 530.30.02 don't "
+                      "match with driver version 530.41.03. Please update with matching NVIDIA driver package.\n")
+    events = ingest_timeline(tmp_path / "b.duckdb", pasted.parent)
+    kinds = {e["kind"]: e for e in events}
+    assert kinds["dataloader_killed"]["attrs"]["pid"] == 3855
+    assert kinds["fabric_manager_error"]["attrs"]["driver_version"] == "530.41.03"
+    assert kinds["fabric_manager_error"]["attrs"]["causes"] == ["fabric_manager_down"]
+
+
+def test_ingest_writes_a_kernel_logs_xid_once(tmp_path):
+    log = tmp_path / "node01" / "dmesg.txt"
+    log.parent.mkdir()
+    log.write_text("[    0.000000] Linux version 5.15.0-91-generic (buildd@lcy02)\n"
+                   "[ 1936.510073] NVRM: Xid (PCI:0000:19:00): 79, pid=0, GPU has fallen off the bus.\n"
+                   "[ 1937.000000] Memory cgroup out of memory: Killed process 42 (python)\n")
+    events = ingest_timeline(tmp_path / "b.duckdb", log)
+    xids = [e for e in events if e["kind"] == "xid"]
+    kills = [e for e in events if e["kind"] == "oom_kill"]
+    assert len(xids) == 1 and xids[0]["source"] == "kernel" and "signature" not in xids[0]["attrs"]
+    assert len(kills) == 1
+    assert json.dumps(events)
