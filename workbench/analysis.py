@@ -12,7 +12,8 @@ question, why, verdict and row count), ``symptoms`` (symptom groups and the caus
 each) and ``layer_focus``. Hypotheses carry, besides DESIGN's fields, ``consequences`` (downstream
 causes it led to, e.g. kv_cache_pressure after a traffic surge), ``absorbed`` (causes folded into
 it at the same place, e.g. the PCIe error before an Xid 79), ``explains`` (how many symptom groups
-it explains, its strength and explanatory power) and ``symptom_evidence``.
+it explains, its strength and explanatory power) and ``symptom_evidence`` (the earliest lines of each
+symptom group it explains, with the symptom ``kind`` and the group's ``count``: what the report quotes).
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def _hypothesis(n: int, c: Candidate, causes: dict[str, dict[str, Any]], groups:
         "absorbed": sorted(set(c.absorbed)),
         "explains": {"symptom_groups": len(mine), "of": len(groups), "strength": round(c.strength, 3),
                      "explanatory_power": round(c.explain, 3)},
-        "symptom_evidence": [_evidence(g.rows[0]) for g in mine[:10]],
+        "symptom_evidence": [line for g in mine[:10] for line in _symptom_lines(g)],
     }
 
 
@@ -254,6 +255,13 @@ def _check_json(res: CheckResult) -> dict[str, Any]:
     return {"id": c.id, "layer": c.layer, "title": c.title, "question": c.question, "why": c.why,
             "causes": list(c.causes), "role": c.role, "verdict": res.verdict, "rows": res.total,
             "max_strength": round(res.max_strength, 3), "error": res.error}
+
+
+def _symptom_lines(g: Any, per_group: int = 3) -> list[dict[str, Any]]:
+    """The earliest lines of one symptom group, each with the symptom it shows (``kind``, after
+    checks.yaml's mapping: a FAILED job_state is ``job_failed``) and the group's size (``count``)."""
+    rows = sorted(g.rows, key=lambda r: (r["at"] is None, r["at"] or datetime.max, r.get("line") or 0))
+    return [{**_evidence(r), "kind": g.kind, "count": g.count} for r in rows[:per_group]]
 
 
 def _symptom_json(g: Any) -> dict[str, Any]:

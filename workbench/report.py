@@ -22,16 +22,12 @@ from dataclasses import asdict, is_dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from collectors.vocabulary import LAYER_TITLES, LAYERS
 from workbench import __version__, journal, query
 from workbench.bundle import Bundle, utc_naive
 from workbench.svg import Lane, Mark, line_chart, swimlane
 
 FORMATS = ("md", "html", "json")
-LAYERS = ("business", "scheduling", "gpu", "network_storage", "hardware")
-LAYER_TITLES = {"business": "Business", "scheduling": "Scheduling", "gpu": "GPU & driver",
-                "network_storage": "Network & storage", "hardware": "Hardware"}
-SYMPTOM_KINDS = ("nccl_timeout", "job_failed", "latency_spike", "error_rate_spike", "throughput_drop",
-                 "queue_backlog", "straggler_rank")
 FAILED_JOB_STATES = ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "PREEMPTED", "BOOT_FAIL",
                      "DEADLINE")
 ACTION_PRIORITY = {"monitoring": "P1", "isolation": "P1", "change_control": "P2", "drills": "P3"}
@@ -67,8 +63,9 @@ def build(bundle: Bundle, *, analysis: dict[str, Any] | None = None, causes: dic
     first = analysis.get("first_anomaly") or None
     first_ts = _ts(first.get("ts")) if first else None
     times = _times(bundle, state, first_ts or start, end,
-                   " ".join(str(first.get(k)) for k in ("kind", "host") if first.get(k)) if first else "")
-    root = _root_cause(bundle, state, hyps, causes, end)
+                   " ".join(str(first.get(k)) for k in ("kind", "host") if first.get(k)) if first else "",
+                   list(analysis.get("symptoms") or []))
+    root = _root_cause(bundle, state, hyps, causes)
     impact = _impact(bundle, analysis, hyps, times, start, end)
     model: dict[str, Any] = {
         "tool": f"gpuwb {__version__}",
@@ -167,10 +164,10 @@ def _header(meta: dict[str, str], state: journal.JournalState, analysis: dict[st
 
 
 def _times(bundle: Bundle, state: journal.JournalState, start: datetime | None, end: datetime | None,
-           what: str) -> dict[str, Any]:
+           what: str, symptoms: list[dict[str, Any]]) -> dict[str, Any]:
     """Start (first anomaly), detection, mitigation, recovery and the durations between them.
-    Responder-entered times win; otherwise detection and mitigation are inferred from the evidence
-    (first symptom, first drain/scale-out) and marked approximate."""
+    Responder-entered times win; otherwise detection is the analysis' first symptom and mitigation
+    the first drain/scale-out in the evidence, both marked approximate."""
     first = {"ts": start, "approx": False, "by": what.replace(" ", " on ", 1) if what else "start of the evidence"}
     out: dict[str, Any] = {"start": first if start else None}
     for which in journal.TIME_KINDS:
@@ -178,30 +175,27 @@ def _times(bundle: Bundle, state: journal.JournalState, start: datetime | None, 
         if entry:
             out[which] = {"ts": journal.parse_ts(entry.body.get("ts")), "approx": False, "by": entry.author}
         else:
-            out[which] = _inferred_time(bundle, which, start, end)
+            out[which] = _inferred_time(bundle, which, start, end, symptoms)
     for name, which in (("ttd", "detection"), ("ttm", "mitigation"), ("ttr", "recovery")):
         mark = out.get(which)
         out[name] = (mark["ts"] - start) if (mark and start and mark["ts"] and mark["ts"] >= start) else None
     return out
 
 
-def _inferred_time(bundle: Bundle, which: str, start: datetime | None, end: datetime | None) -> dict[str, Any] | None:
+def _inferred_time(bundle: Bundle, which: str, start: datetime | None, end: datetime | None,
+                   symptoms: list[dict[str, Any]]) -> dict[str, Any] | None:
     if which == "recovery" or start is None:
         return None
-    flt = query.EventFilter(since=start, until=end)
     if which == "detection":
-        kinds = ("nccl_timeout", "latency_spike", "error_rate_spike", "queue_backlog", "job_state", "straggler_rank")
-        rows = query.events(bundle, query.EventFilter(kinds=kinds, since=flt.since, until=flt.until,
-                                                      severities=("warning", "error", "critical")), limit=1)
-        label = "inferred: first symptom"
-    else:
-        rows = [r for r in query.events(bundle, query.EventFilter(kinds=("node_state", "k8s_event"), since=flt.since,
-                                                                  until=flt.until), limit=200)
-                if _is_mitigation(r)][:1]
-        label = "inferred: first drain/scale-out"
+        seen = sorted((ts, str(s.get("kind"))) for s in symptoms
+                      if (ts := _ts(s.get("first_seen"))) and ts >= start and (end is None or ts <= end))
+        return {"ts": seen[0][0], "approx": True, "by": f"inferred: first symptom ({seen[0][1]})"} if seen else None
+    rows = [r for r in query.events(bundle, query.EventFilter(kinds=("node_state", "k8s_event"), since=start,
+                                                              until=end), limit=200)
+            if _is_mitigation(r)][:1]
     if not rows:
         return None
-    return {"ts": rows[0]["ts"], "approx": True, "by": f"{label} ({rows[0]['kind']})"}
+    return {"ts": rows[0]["ts"], "approx": True, "by": f"inferred: first drain/scale-out ({rows[0]['kind']})"}
 
 
 def _is_mitigation(row: dict[str, Any]) -> bool:
@@ -214,7 +208,7 @@ def _is_mitigation(row: dict[str, Any]) -> bool:
 # -- root cause and its chain ----------------------------------------------------------------------
 
 def _root_cause(bundle: Bundle, state: journal.JournalState, hyps: list[dict[str, Any]],
-                causes: dict[str, Any], end: datetime | None) -> dict[str, Any] | None:
+                causes: dict[str, Any]) -> dict[str, Any] | None:
     """The responders' marked root cause if any (with the engine's matching hypothesis for its
     evidence), else the engine's first hypothesis."""
     marked = state.root_cause
@@ -235,69 +229,60 @@ def _root_cause(bundle: Bundle, state: journal.JournalState, hyps: list[dict[str
         "summary": hyp.get("summary") or "", "description": " ".join(str(info.get("description") or "").split()),
         "marked_by": marked.author if marked else None, "marked_note": marked.body.get("text") if marked else None,
         "remediation": list(info.get("remediation") or []),
-        "chain": _chain(bundle, hyp, info, end) if hyp else [],
+        "chain": _chain(bundle, hyp) if hyp else [],
     }
 
 
-def _chain(bundle: Bundle, hyp: dict[str, Any], info: dict[str, Any], end: datetime | None) -> list[dict[str, Any]]:
-    """cause → intermediate → symptom, each link with its quoted evidence lines."""
+def _chain(bundle: Bundle, hyp: dict[str, Any]) -> list[dict[str, Any]]:
+    """cause → intermediate → symptom, each link with its quoted evidence lines. Symptoms are the
+    analysis' own (``symptom_evidence``: which lines show which symptom is its call, made once by
+    playbooks/checks.yaml); the cause's evidence in its own layer is the cause, elsewhere intermediate."""
     evidence = list(hyp.get("evidence") or [])
-    found = query.events_at(bundle, [(e.get("artifact"), e.get("line")) for e in evidence])
+    shown = list(hyp.get("symptom_evidence") or [])
+    found = query.events_at(bundle, [(e.get("artifact"), e.get("line")) for e in evidence + shown])
     artifacts = {a["sha256"]: a for a in bundle.artifacts()}
     links: dict[str, list[dict[str, Any]]] = {"cause": [], "intermediate": [], "symptom": []}
-    symptoms = [str(s) for s in hyp.get("symptoms") or []]
-    seen_kinds: set[str] = set()
+    symptom_lines = {(s.get("artifact"), s.get("line")) for s in shown}
     for ev in evidence:
-        row = found.get((ev.get("artifact"), ev.get("line")))
-        kind = row["kind"] if row else None
-        layer = row["layer"] if row else hyp.get("layer")
-        symptom_kind = _symptom_of(row) if row else None
-        role = ("symptom" if symptom_kind else "cause" if layer == hyp.get("layer") or row is None
-                else "intermediate")
-        seen_kinds.add(symptom_kind or kind or "")
-        links[role].append(_quote(bundle, ev, row, artifacts))
-    for name in symptoms:
-        if name in seen_kinds:
+        key = (ev.get("artifact"), ev.get("line"))
+        if key in symptom_lines:
             continue
-        links["symptom"].extend(_symptom_examples(bundle, name, _ts(hyp.get("first_seen")), end, artifacts))
+        row = found.get(key)
+        role = "cause" if row is None or row["layer"] == hyp.get("layer") else "intermediate"
+        links[role].append(_quote(bundle, ev, row, artifacts))
+    per_kind: dict[str, int] = {}
+    for symptom in _spread(shown):
+        kind = str(symptom.get("kind"))
+        per_kind[kind] = per_kind.get(kind, 0) + 1
+        if per_kind[kind] > KEY_PER_KIND:
+            continue
+        item = _quote(bundle, symptom, found.get((symptom.get("artifact"), symptom.get("line"))), artifacts)
+        item["of_total"] = symptom.get("count")
+        links["symptom"].append(item)
     for role in links:
         links[role].sort(key=_quote_key)
     for item in links["cause"][:1]:
         item["trigger"] = True
+    symptoms = [str(s) for s in hyp.get("symptoms") or []]
     order = [("cause", hyp.get("cause") or "cause"), ("intermediate", "intermediate effects"),
              ("symptom", ", ".join(symptoms) or "symptoms")]
     return [{"role": role, "label": label, "quotes": links[role]} for role, label in order if links[role]]
 
 
+def _spread(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each host's first line of a symptom before any host's second, so that the few quoted per
+    symptom show how far it spread (nccl_timeout on node01, node02, node03, not node01 three times)."""
+    seen: dict[tuple[Any, Any], int] = {}
+    ranked = []
+    for n, line in enumerate(lines):
+        key = (line.get("kind"), line.get("host"))
+        seen[key] = seen.get(key, 0) + 1
+        ranked.append((seen[key], n))
+    return [lines[n] for _, n in sorted(ranked)]
+
+
 def _quote_key(item: dict[str, Any]) -> tuple[Any, ...]:
     return (item["ts"] is None, item["ts"] or datetime.min, item["artifact"] or "", item["line"] or 0)
-
-
-def _symptom_of(row: dict[str, Any]) -> str | None:
-    if row["kind"] in SYMPTOM_KINDS:
-        return row["kind"]
-    if row["kind"] == "job_state" and str((row["attrs"] or {}).get("state", "")).upper() in FAILED_JOB_STATES:
-        return "job_failed"
-    return None
-
-
-def _symptom_examples(bundle: Bundle, name: str, since: datetime | None, until: datetime | None,
-                      artifacts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The first events showing a symptom the engine listed without quoting it, with how many there are."""
-    kind = "job_state" if name == "job_failed" else name
-    flt = query.EventFilter(kinds=(kind,), since=since, until=until)
-    rows = query.events(bundle, flt, limit=200 if kind == "job_state" else KEY_PER_KIND)
-    if kind == "job_state":
-        rows = [r for r in rows if _symptom_of(r)]
-    total = len(rows) if kind == "job_state" else query.count_events(bundle, flt)
-    out = []
-    for row in rows[:KEY_PER_KIND]:
-        ev = {"source": row["source"], "ts": row["ts"], "host": row["host"], "text": row["message"],
-              "artifact": row["artifact"], "line": row["line"]}
-        item = _quote(bundle, ev, row, artifacts)
-        item["of_total"] = total
-        out.append(item)
-    return out
 
 
 def _quote(bundle: Bundle, ev: dict[str, Any], row: dict[str, Any] | None,

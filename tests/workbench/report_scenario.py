@@ -55,7 +55,14 @@ ANALYSIS = {
              {"source": "slurm", "ts": "2026-03-14T09:31:05Z", "host": "node02", "text": "drain",
               "artifact": "SLURMCTLD", "line": 2},
              {"source": "nccl", "ts": "2026-03-14T09:30:44Z", "host": "node01", "text": HOSTILE,
-              "artifact": "TRAIN", "line": 2}]},
+              "artifact": "TRAIN", "line": 2}],
+         "symptom_evidence": [
+             {"source": "nccl", "ts": "2026-03-14T09:30:44Z", "host": "node01", "text": "Watchdog timeout rank 0",
+              "artifact": "TRAIN", "line": 3, "kind": "nccl_timeout", "count": 2},
+             {"source": "nccl", "ts": "2026-03-14T09:30:44Z", "host": "node01", "text": "Watchdog timeout rank 1",
+              "artifact": "TRAIN", "line": 4, "kind": "nccl_timeout", "count": 2},
+             {"source": "slurm", "ts": "2026-03-14T09:31:02Z", "host": None, "text": "job 48213 FAILED",
+              "artifact": "SACCT", "line": 2, "kind": "job_failed", "count": 1}]},
         {"rank": 2, "layer": "network_storage", "cause": "network_fabric_errors", "score": 0.21, "host": "node01",
          "gpu": None, "ranks": [], "first_seen": "2026-03-14T09:30:44Z",
          "summary": "ranks on node01 stopped hearing from their peers", "symptoms": ["nccl_timeout"], "evidence": []},
@@ -182,5 +189,6 @@ def _resolve(analysis: dict, sha: dict[str, str]) -> dict:
     """The analysis with the placeholder artifact names replaced by the real sha256 values."""
     out = {**analysis, "hypotheses": []}
     for hyp in analysis["hypotheses"]:
-        out["hypotheses"].append({**hyp, "evidence": [{**e, "artifact": sha[e["artifact"]]} for e in hyp["evidence"]]})
+        out["hypotheses"].append({**hyp, **{key: [{**e, "artifact": sha[e["artifact"]]} for e in hyp.get(key, [])]
+                                            for key in ("evidence", "symptom_evidence")}})
     return out
