@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from workbench.bundle import Bundle, utc_naive
+from workbench.schema import EVIDENCE_TABLES
 
 EVENT_COLUMNS = ("id", "ts", "ts_approx", "ts_origin", "ts_raw", "host", "source", "layer", "kind", "severity",
                  "gpu", "rank", "job", "message", "attrs", "artifact", "line")
@@ -114,7 +115,7 @@ def summary(bundle: Bundle) -> dict[str, Any]:
         "SELECT DISTINCT host FROM event WHERE host IS NOT NULL ORDER BY host").fetchall()]
     out["window"] = con.execute("SELECT min(ts), max(ts) FROM event").fetchall()[0]
     out["tables"] = {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
-                     for t in ("event", "gpu_sample", "gpu_inventory", "topology", "series", "host_inventory")}
+                     for t in EVIDENCE_TABLES}
     out["seal"] = bundle.last_seal()
     return out
 
