@@ -18,7 +18,7 @@ symptom group it explains, with the symptom ``kind`` and the group's ``count``: 
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import duckdb
@@ -28,7 +28,16 @@ from collectors.vocabulary import LAYERS, SYMPTOMS, VERDICTS
 from workbench.bundle import Bundle
 from workbench.causes import load_causes
 from workbench.clockskew import estimate_offsets
-from workbench.hypotheses import LOW_SCORE, MAX_EVIDENCE, STATE_ORIGINS, Candidate, Engine, Place, describe
+from workbench.hypotheses import (
+    LOW_SCORE,
+    MAX_EVIDENCE,
+    SIGNIFICANT,
+    STATE_ORIGINS,
+    Candidate,
+    Engine,
+    Place,
+    describe,
+)
 from workbench.playbook import (
     CheckResult,
     Playbook,
@@ -74,7 +83,7 @@ def analyze(bundle: Bundle, workload: str | None = None) -> dict[str, Any]:
     return {
         "workload": playbook.workload if workload else detected,
         "impact": _impact(groups),
-        "window": _window(con),
+        "window": _window(con, top, groups, playbook.params["horizon_s"]),
         "first_anomaly": _first_anomaly(top, results, groups),
         "hypotheses": hypotheses,
         "layers": _layers(playbook, results, ranked),
@@ -126,9 +135,28 @@ def _mark_origins(con: duckdb.DuckDBPyConnection, results: list[CheckResult]) ->
             row["origin"] = origins.get((row["artifact"], row["line"]))
 
 
-def _window(con: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
+def _window(con: duckdb.DuckDBPyConnection, top: Candidate | None, groups: list,
+            horizon_s: float) -> dict[str, str | None]:
+    """The stretch of time the incident covers: the winning chain's evidence and the symptoms it
+    explains (without a winner, every symptom), widened by the playbook's horizon and kept within the
+    evidence; all of the evidence when nothing is anomalous. Boot lines days before the failure do
+    not open it."""
     start, end = con.execute("SELECT min(ts), max(ts) FROM event WHERE ts IS NOT NULL").fetchall()[0]
+    moments = _incident_moments(top, groups)
+    if moments and start is not None and end is not None:
+        margin = timedelta(seconds=horizon_s)
+        lo, hi = max(start, min(moments) - margin), min(end, max(moments) + margin)
+        if lo <= hi:
+            start, end = lo, hi
     return {"start": iso(start), "end": iso(end)}
+
+
+def _incident_moments(top: Candidate | None, groups: list) -> list[datetime]:
+    if top is None:
+        return [g.first for g in groups if g.first is not None]
+    rows = [r for c in [top, *_consequences(top)] for r in c.rows
+            if r["strength"] >= SIGNIFICANT and r["at"] is not None and not _is_state(r)]
+    return [r["at"] for r in rows] + [g.first for g in groups if g.explained_by is top and g.first is not None]
 
 
 def _evidence(row: dict[str, Any]) -> dict[str, Any]:
@@ -174,21 +202,25 @@ def _hypothesis(n: int, c: Candidate, causes: dict[str, dict[str, Any]], groups:
 
 
 def _first_anomaly(top: Candidate | None, results: list[CheckResult], groups: list) -> dict[str, Any] | None:
-    """The earliest event of the winning chain (its evidence, absorbed parts and consequences);
-    without a winner, the earliest suspect row or symptom; None when nothing is anomalous."""
+    """The earliest abnormal sign of the winning chain (its evidence, absorbed parts and consequences,
+    transitively); without a winner, the earliest suspect row or symptom; None when nothing is
+    anomalous. When nothing in the chain has a time (a pasted excerpt), its first line in the file is
+    the first sign."""
     if top is not None:
-        chain = [top, *top.consequences]
-        rows = [r for c in chain for r in c.rows if r["strength"] >= 0.2 and r["at"] is not None]
+        chain = [r for c in [top, *_consequences(top)] for r in c.rows if r["strength"] >= SIGNIFICANT]
+        rows = [r for r in chain if r["at"] is not None]
         timed = [r for r in rows if not _is_state(r)]
         rows = timed or rows  # a snapshot says when a state was seen, not when it began
         rows += [g.rows[0] for g in groups if g.explained_by is top and g.rows[0]["at"] is not None]
+        rows = rows or chain
     else:
         rows = [r for res in results if res.check.role == "cause" for r in res.rows
                 if r["strength"] >= res.check.suspect and r["at"] is not None]
         rows += [g.rows[0] for g in groups if g.rows[0]["at"] is not None]
     if not rows:
         return None
-    first = min(rows, key=lambda r: (r["at"], r.get("artifact") or "", r.get("line") or 0))
+    first = min(rows, key=lambda r: (r["at"] is None, r["at"] or datetime.min, r.get("artifact") or "",
+                                     r.get("line") or 0))
     return {"ts": iso(first["at"]), "host": first.get("host"), "layer": first.get("layer") or _symptom_layer(first),
             "kind": first.get("kind"), "text": (first.get("text") or "")[:400]}
 

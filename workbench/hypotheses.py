@@ -325,13 +325,17 @@ class Engine:
             for b in live:
                 if b is a or b.consequence_of is not None or b.cause not in self.causes[a.cause]["leads_to"]:
                     continue
-                if a.first_seen is None or b.first_seen is None or b.peak < SIGNIFICANT:
+                if b.peak < SIGNIFICANT or not self._same_place(a, b) or _descends(a, b):
                     continue
-                if self._active_before(a, b.first_seen) and self._same_place(a, b) and not _descends(a, b):
-                    b.consequence_of = a
-                    a.consequences.append(b)
-                    a.boost = 1.0 - (1.0 - a.boost) * (1.0 - 0.3 * b.strength)
-                    a.__dict__.pop("strength", None)
+                if a.first_seen is None or b.first_seen is None:
+                    if not _precedes_in_paste(a, b):
+                        continue
+                elif not self._active_before(a, b.first_seen):
+                    continue
+                b.consequence_of = a
+                a.consequences.append(b)
+                a.boost = 1.0 - (1.0 - a.boost) * (1.0 - 0.3 * b.strength)
+                a.__dict__.pop("strength", None)
 
     def _active_before(self, a: Candidate, when: datetime) -> bool:
         """a started before ``when`` and was still showing within the horizon before it; a snapshot
@@ -438,6 +442,25 @@ class Engine:
         self.score(live, groups, locators)
         live.sort(key=lambda c: (-round(c.score, 6), c.first_seen is None, c.first_seen or datetime.min, c.cause))
         return live, groups
+
+
+def _precedes_in_paste(a: Candidate, b: Candidate) -> bool:
+    """Neither candidate has a time (a pasted excerpt, a log without timestamps): the order of the
+    lines in a file they share is the order of events, so a's first line before b's first line there
+    says a came first. Candidates that share no file, or that have times, are not ordered this way."""
+    if any(r["at"] is not None for r in a.rows + b.rows):
+        return False
+    first_a = _first_lines(a)
+    first_b = _first_lines(b)
+    return any(first_a[art] < first_b[art] for art in first_a.keys() & first_b.keys())
+
+
+def _first_lines(c: Candidate) -> dict[str, int]:
+    first: dict[str, int] = {}
+    for r in c.rows:
+        if r.get("artifact") is not None and r.get("line") is not None:
+            first[r["artifact"]] = min(first.get(r["artifact"], r["line"]), r["line"])
+    return first
 
 
 def _descends(a: Candidate, b: Candidate) -> bool:

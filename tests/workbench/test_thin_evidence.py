@@ -1,0 +1,166 @@
+"""Diagnosis on thin evidence: what a responder pastes into a ticket is often one line, with no time
+and no host. A single specific line must still rank its cause, untimed lines take part in ranking and
+are ordered by their place in the file, a PCIe error is pinned on the endpoint the kernel names, and
+a CUDA OOM where PyTorch holds little of a full card points at whoever else holds it.
+
+Rows are written directly (not parsed): these tests pin the checks and the engine; the real-incident
+benchmark (tests/real_incidents) takes the same evidence from the pasted text."""
+
+from __future__ import annotations
+
+import io
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from collectors.base import Event
+from workbench.analysis import analyze
+from workbench.bundle import Bundle
+from workbench.hypotheses import LOW_SCORE
+
+
+def diagnose(tmp_path: Path, rows: list[Event]) -> dict:
+    path = tmp_path / "thin.duckdb"
+    bundle = Bundle.create(path, title="thin evidence")
+    sha, _, _ = bundle.add_artifact(io.BytesIO(b"pasted"), kind="synthetic", source="ticket.txt", collector="kernel")
+    writer = bundle.writer(sha)
+    for row in rows:
+        writer.add(row)
+    writer.flush()
+    bundle.seal()
+    bundle.close()
+    with Bundle.open(path) as opened:
+        return analyze(opened)
+
+
+def top(result: dict) -> dict:
+    assert result["hypotheses"], "no hypothesis at all"
+    return result["hypotheses"][0]
+
+
+def test_one_untimed_cuda_802_line_names_fabric_manager(tmp_path: Path) -> None:
+    result = diagnose(tmp_path, [Event(kind="cuda_error", layer="gpu", line=1, attrs={"code": 802},
+                                       message="RuntimeError: cuda runtime error (802) : system not yet initialized")])
+    assert top(result)["cause"] == "fabric_manager_down"
+    assert top(result)["score"] >= LOW_SCORE
+
+
+def test_fabric_manager_version_refusal_is_not_a_driver_library_mismatch(tmp_path: Path) -> None:
+    line = ("nv-fabricmanager[3228]: fabric manager NVIDIA GPU driver interface version 530.30.02 don't match "
+            "with driver version 530.41.03. Please update with matching NVIDIA driver package.")
+    result = diagnose(tmp_path, [Event(kind="fabric_manager_error", layer="gpu", line=1, message=line,
+                                       attrs={"driver_interface_version": "530.30.02", "driver_version": "530.41.03"})])
+    assert [h["cause"] for h in result["hypotheses"]] == ["fabric_manager_down"]
+
+
+def test_nvidia_smi_version_mismatch_alone_names_the_driver_stack(tmp_path: Path) -> None:
+    result = diagnose(tmp_path, [Event(kind="nvidia_smi_error", layer="gpu", line=1,
+                                       message="Failed to initialize NVML: Driver/library version mismatch",
+                                       attrs={"error": "Failed to initialize NVML",
+                                              "reason": "Driver/library version mismatch"})])
+    assert top(result)["cause"] == "driver_stack_mismatch"
+    assert top(result)["score"] >= LOW_SCORE
+
+
+def oom(allocated: str, free: str, reserved: str, total: str) -> Event:
+    mib = {"505.96 MiB": 505.96, "12.50 MiB": 12.5, "530.00 MiB": 530.0, "11.17 GiB": 11437.9,
+           "10.90 GiB": 11161.6, "10.95 GiB": 11212.8}
+    return Event(kind="cuda_error", layer="gpu", line=3,
+                 message=f"RuntimeError: CUDA out of memory. Tried to allocate 60.00 MiB (GPU 0; {total} total "
+                         f"capacity; {allocated} already allocated; {free} free; {reserved} reserved in total "
+                         f"by PyTorch)",
+                 attrs={"oom": True, "total_capacity_mib": mib[total], "free_mib": mib[free],
+                        "allocated_by_pytorch_mib": mib[allocated], "reserved_total_mib": mib[reserved]})
+
+
+def test_oom_where_pytorch_holds_little_of_a_full_card_is_contention(tmp_path: Path) -> None:
+    result = diagnose(tmp_path, [oom("505.96 MiB", "12.50 MiB", "530.00 MiB", "11.17 GiB")])
+    assert top(result)["cause"] == "gpu_contention"
+
+
+def test_oom_where_pytorch_holds_the_card_is_the_jobs_own_watermark(tmp_path: Path) -> None:
+    result = diagnose(tmp_path, [oom("10.90 GiB", "12.50 MiB", "10.95 GiB", "11.17 GiB")])
+    assert top(result)["cause"] == "gpu_oom"
+
+
+def test_engine_that_found_the_card_taken_explains_its_empty_kv_cache(tmp_path: Path) -> None:
+    rows = [Event(kind="engine_memory_profile", layer="gpu", line=10,
+                  message="Memory profiling results: total_gpu_memory=79.15GiB initial_memory_usage=68.01GiB",
+                  attrs={"total_gib": 79.15, "initial_gib": 68.01}),
+            Event(kind="kv_cache_no_blocks", layer="gpu", line=14,
+                  message="ValueError: No available memory for the cache blocks. Try increasing "
+                          "`gpu_memory_utilization` when initializing the engine.")]
+    hyp = top(diagnose(tmp_path, rows))
+    assert hyp["cause"] == "gpu_contention"
+    assert hyp["consequences"] == ["kv_cache_pressure"]
+
+
+def aer_rows(source: str | None = None) -> list[Event]:
+    attrs = {"severity": "uncorrected_fatal", "device": "0000:00:03.0", "type": "Transaction Layer"}
+    if source:
+        attrs["source"] = source
+    return [
+        Event(kind="pcie_aer_unrecovered", layer="hardware", line=1, attrs={"device": "0000:03:00.1",
+                                                                            "driver": "snd_hda_intel"},
+              message="snd_hda_intel 0000:03:00.1: AER: can't recover (no error_detected callback)"),
+        Event(kind="pcie_aer", layer="hardware", line=4, attrs=attrs, severity="critical",
+              message="pcieport 0000:00:03.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer"),
+        Event(kind="pcie_aer_unrecovered", layer="hardware", line=8,
+              attrs={"device": "0000:03:00.0", "driver": "nvidia"},
+              message="nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)"),
+    ]
+
+
+def test_fatal_aer_is_pinned_on_the_gpu_that_could_not_recover_not_the_root_port(tmp_path: Path) -> None:
+    hyp = top(diagnose(tmp_path, aer_rows()))
+    assert (hyp["cause"], hyp["gpu"]) == ("pcie_link_degraded", "0000:03:00.0")
+
+
+def test_aer_names_its_source_endpoint(tmp_path: Path) -> None:
+    rows = [r for r in aer_rows(source="0000:63:00.0") if r.kind == "pcie_aer"]
+    hyp = top(diagnose(tmp_path, rows))
+    assert (hyp["cause"], hyp["gpu"]) == ("pcie_link_degraded", "0000:63:00.0")
+
+
+def test_untimed_lines_are_ordered_by_the_file_the_pcie_error_leads_to_the_mmu_fault(tmp_path: Path) -> None:
+    rows = [Event(kind="pcie_aer_unrecovered", layer="hardware", line=5, attrs={"device": "0000:63:00.0",
+                                                                                "driver": "nvidia"},
+                  message="nvidia 0000:63:00.0: AER: can't recover (no error_detected callback)"),
+            Event(kind="xid", layer="gpu", line=7, gpu="0000:63:00.0", attrs={"xid": 31},
+                  message="NVRM: Xid (PCI:0000:63:00): 31, name=plasmashell, MMU Fault: ENGINE GR_HOST0")]
+    result = diagnose(tmp_path, rows)
+    hyp = top(result)
+    assert (hyp["cause"], hyp["gpu"], hyp["consequences"]) == ("pcie_link_degraded", "0000:63:00.0",
+                                                               ["app_gpu_fault"])
+    assert result["first_anomaly"] is not None
+    assert result["first_anomaly"]["text"].startswith("nvidia 0000:63:00.0: AER: can't recover")
+
+
+def test_untimed_mmu_fault_before_the_pcie_error_is_not_its_consequence(tmp_path: Path) -> None:
+    rows = [Event(kind="xid", layer="gpu", line=2, gpu="0000:63:00.0", attrs={"xid": 31},
+                  message="NVRM: Xid (PCI:0000:63:00): 31, MMU Fault"),
+            Event(kind="pcie_aer_unrecovered", layer="hardware", line=9, attrs={"device": "0000:63:00.0",
+                                                                                "driver": "nvidia"},
+                  message="nvidia 0000:63:00.0: AER: can't recover (no error_detected callback)")]
+    hyps = diagnose(tmp_path, rows)["hypotheses"]
+    assert all(h["consequences"] == [] for h in hyps)
+
+
+T0 = datetime(2025, 5, 19, 19, 57)
+
+
+def test_first_anomaly_and_window_sit_at_the_incident_not_at_boot(tmp_path: Path) -> None:
+    """Boot lines two days before the failure neither open the window nor become the first anomaly."""
+    rows = [Event(kind="driver_loaded", layer="gpu", ts=T0 - timedelta(days=2), line=1, message="NVRM: loading",
+                  attrs={"version": "550.54.15"})]
+    rows += [Event(kind="pcie_aer", layer="hardware", ts=T0 - timedelta(days=2, seconds=-i), line=2 + i,
+                   host="node07", attrs={"severity": "corrected", "device": "0000:5d:00.0"},
+                   message="pcieport 0000:5d:00.0: AER: Corrected error received") for i in range(3)]
+    rows.append(Event(kind="xid", layer="hardware", ts=T0, line=50, host="node07", gpu="0000:19:00.0",
+                      attrs={"xid": 79}, message="NVRM: Xid (PCI:0000:19:00): 79, GPU has fallen off the bus."))
+    rows.append(Event(kind="rank_failed", layer="scheduling", ts=T0 + timedelta(seconds=30), line=60, host="node07",
+                      message="rank 3 exited with signal 6"))
+    result = diagnose(tmp_path, rows)
+    assert top(result)["cause"] == "gpu_fell_off_bus"
+    assert result["first_anomaly"]["ts"].startswith("2025-05-19T19:57")
+    start = datetime.fromisoformat(result["window"]["start"].rstrip("Z"))
+    assert T0 - timedelta(hours=2) <= start <= T0
