@@ -35,7 +35,8 @@ _JOB_IN_NAME = re.compile(r"(?:slurm|job)[-_.]?(?P<job>\d{2,})")
 _ENV = re.compile(r"^\s*(?:export\s+|declare -x\s+)?(?P<key>SLURM_PROCID|SLURM_LOCALID|SLURMD_NODENAME|SLURM_JOB_ID|"
                   r"SLURM_JOBID|RANK|LOCAL_RANK|GROUP_RANK|WORLD_SIZE|CUDA_VISIBLE_DEVICES|HOSTNAME)="
                   r"[\"']?(?P<value>[^\"'\s]*)[\"']?\s*$")
-ENV_NEEDLES = ("RANK=", "SLURM_PROCID=", "SLURM_LOCALID=", "NODENAME=", "CUDA_VISIBLE_DEVICES=", "HOSTNAME=")
+ENV_NEEDLES = ("RANK=", "SLURM_PROCID=", "SLURM_LOCALID=", "NODENAME=", "CUDA_VISIBLE_DEVICES=", "HOSTNAME=", "JOB_ID=",
+               "SLURM_JOBID=", "WORLD_SIZE=")
 """What an environment dump line holds (the reader's prefilter needles)."""
 RENDEZVOUS = "Rendezvous complete for workers"
 _TABLE_ROW = re.compile(r"^\s*(?P<key>[a-z_]+)=(?P<value>.*?)\s*$")
