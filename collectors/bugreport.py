@@ -31,12 +31,6 @@ PRIORITY = 5
 """After host facts, before the kernel parser of other files: the report's ``date`` line dates the
 incident for year-less syslog lines handed over next to it."""
 
-EVENTS = {
-    "nvidia_bug_report": "the report itself: version, date, uname, sections (count), parsed (section titles "
-                         "handed to a parser)",
-    "nvrm": "an NVRM kernel line of the report, kept as text when no kernel-log parser is installed: text",
-}
-
 SEPARATOR = re.compile(r"^_{20,}\s*$")
 _SMI = re.compile(r"(?:^|/)nvidia-smi\s+(?:--query|-q)\b")
 _SMI_UNIT = re.compile(r"(?:^|/)nvidia-smi\s+--query\s+--unit\b")

@@ -52,10 +52,6 @@ LAYER = "business"
 KINDS = ("dpkg_log", "apt_history", "yum_log", "dnf_rpm_log", "yum_history", "change_records", "pip_freeze")
 TIMEOUT = 20.0
 
-EVENTS = {
-    "change": "a package, deploy, config, model or image change: what, version, from_version, action, who, via",
-}
-
 PACKAGE_LOGS = (("/var/log/dpkg.log", "dpkg_log"), ("/var/log/apt/history.log", "apt_history"),
                 ("/var/log/yum.log", "yum_log"), ("/var/log/dnf.rpm.log", "dnf_rpm_log"))
 MAX_RECORDS_BYTES = 64 << 20

@@ -27,12 +27,6 @@ LAYER = "network_storage"
 KINDS = ("ethtool", "ip_link", "ifconfig")
 TIMEOUT = 20.0
 
-EVENTS = {
-    "nic_drops": "drop/error counters non-zero for one interface: device, counters {name: value}, section",
-    "link_down": "an interface configured up without carrier (NO-CARRIER, UP without RUNNING/LOWER_UP, "
-                 "'Link detected: no'): device, port (null), state",
-}
-
 MAX_INTERFACES = 64
 MAX_COUNTERS = 50_000
 """A ConnectX port prints about 1,500 counters; far more means the file is not ethtool output."""

@@ -34,17 +34,6 @@ LAYER = "network_storage"
 KINDS = ("ibstat", "ibstatus", "perfquery", "ib_sysfs", "rdma_link")
 TIMEOUT = 30.0
 
-EVENTS = {
-    "link_down": "a port seen not Active (state DOWN/INIT/ARMED or physical state Disabled/Polling/...): "
-                 "device, port, state, phys_state, rate, link_layer",
-    "link_up": "a port seen Active after a sample that showed it down: device, port, state, phys_state",
-    "link_flap": "one port seen changing state at least twice within one artifact, down at least once: device, "
-                 "port, states (list of STATE/PHYS in order), transitions",
-    "ib_counter_errors": "error counters non-zero in the last sample of a port: device, port, counters {name: value}",
-    "counter_rising": "error counters that rose between two samples of one artifact: device, port, "
-                      "counters {name: delta}, seconds",
-}
-
 SYSFS_ROOT = "/sys/class/infiniband"
 MAX_PORTS = 64
 MAX_OBSERVATIONS = 200_000

@@ -31,14 +31,6 @@ LAYER = "hardware"
 KINDS = ("ipmi_sel", "sensors")
 TIMEOUT = 40.0
 
-EVENTS = {
-    "hw_sel": "a SEL entry reporting a fault: category, sensor_type, sensor, event, direction "
-              "(asserted/deasserted/null), state (FreeIPMI), detail, record",
-    "ipmi_sel": "any other SEL entry (boot, presence, recovery, deasserted faults): same attrs",
-    "sensor_alarm": "an lm-sensors reading at or over its crit limit, or flagged ALARM: chip, sensor, value, "
-                    "unit, high, crit",
-}
-
 SENSOR_TYPES = (
     "Temperature", "Voltage", "Current", "Fan", "Physical Security", "Platform Security", "Processor",
     "Power Supply", "Power Unit", "Cooling Device", "Other", "Memory", "Drive Slot / Bay", "Drive Slot",

@@ -7,7 +7,7 @@ at ingest) into:
 - ``topology`` rows from NCCL's init lines (``comm 0x… rank 3 nranks 16 cudaDev 3 busId 19000
   commId 0x… - Init COMPLETE``; NCCL version; ``Channel 00/0 : 3[3] -> 4[4] via P2P/IPC`` transports;
   the NET/IB devices and bootstrap interface), mapping rank <-> host <-> cudaDev <-> PCI bus id;
-- the events listed in ``EVENTS`` from NCCL's WARN lines and error-propagation chains, and from the
+- events (kinds and attrs in playbooks/events.yaml) from NCCL's WARN lines and error-propagation chains, and from the
   PyTorch / torchrun / trainer lines that ``collectors/_torch_dist.py`` reads;
 - a ``versions.nccl`` host fact per host.
 
@@ -61,49 +61,6 @@ LAYER = "network_storage"
 KINDS = ("nccl_log",)
 TIMEOUT = 20.0
 PRIORITY = 60
-
-EVENTS = {
-    "nccl_net_error": "the network side of NCCL failed (layer network_storage): IB work-completion errors with "
-                      "status (int), status_name, opcode, len, vendor_err, direction, peer, peer_ip, local_gid, "
-                      "remote_gid, hca; IB async events (async_event); 'Call to ibv_* failed' (ibv_call); socket and "
-                      "bootstrap errors (error: 'Broken pipe', 'Connection reset by peer', ..., peer); proxy failures "
-                      "(proxy_rank, operation); 'unhandled system error' / 'remote process exited or there was a "
-                      "network error' (error, nccl_error, nccl_result, nccl_version, file, last_error, collective); "
-                      "nccl_result/nccl_error also from the '-> N' propagation chain (chain: file:line list)",
-    "nccl_error": "an NCCL failure that is not the network's (internal error, invalid usage, a dead watchdog): "
-                  "error, nccl_result, nccl_error, file, origin",
-    "nccl_warn": "any other NCCL WARN line: text, file",
-    "nccl_timeout": "ProcessGroupNCCL watchdog: seq (int), op, timeout_ms (int), elapsed_ms (int), numel_in, "
-                    "numel_out, pg, pg_id, pg_rank, last_enqueued, last_started, last_completed, reason "
-                    "(watchdog_timeout | watchdog_progress | heartbeat_monitor | watchdog_stuck | collective_mismatch; "
-                    "a mismatch adds peer_rank, peer_seq, peer_op)",
-    "nccl_flight_recorder": "an fr_trace report that not all ranks joined a collective: seq, pg, op, missing_ranks, "
-                            "expected_ranks, world_size, state",
-    "cuda_error": "CUDA error text (error), exception, cuda_error_name, file, origin; app_fault true for illegal "
-                  "memory access / misaligned address / illegal instruction / device-side assert; oom true for out "
-                  "of memory with tried_alloc, gpu_index, total_capacity, free, process_in_use, "
-                  "allocated_by_pytorch, reserved_unallocated, reserved_total (as printed, and *_mib numbers)",
-    "nan_loss": "a NaN/Inf loss or gradient norm (value nan|inf, metric, framework, step) or a loss-scale overflow "
-                "that skipped a step (value overflow, overflow true, loss_scale, new_loss_scale)",
-    "rank_failed": "torchrun saw a rank exit: exitcode, signal, local_rank, pid, rank, time, error_file, "
-                   "traceback, root_cause (true for the first observed failure), script",
-    "job_failed": "torchrun's ChildFailedError report: exception, script, and the root cause's rank "
-                  "(root_cause_rank), host (root_cause_host), exitcode, signal, time",
-    "process_signal": "torchrun sent a signal to a worker (action sent) or a process got one (action received): "
-                      "pid, signal",
-    "exit_barrier_timeout": "torchrun gave up waiting for the other agents after a failure: elapsed_s",
-    "step_time": "a training step's duration as the trainer logged it (layer gpu, severity info): step (null when "
-                 "the line has none), seconds and/or throughput with unit, measure (step: the whole step, which "
-                 "every rank of a synchronous job shares; compute: without waiting for the others), framework "
-                 "(megatron, deepspeed, torchtitan, tqdm, hf_trainer, plain), index (the n-th step line of that "
-                 "rank and framework in the file), and what the line adds (total_steps, epoch, breakdown_ms, "
-                 "tflops_per_gpu, mfu_pct, summary)",
-    "checkpoint_write_failed": "a write error (collectors.storage.write_failure) after a torch.save / checkpoint "
-                               "frame or message: error, errno, file, as collectors/storage.py documents it",
-    "storage_error": "the same write error outside a checkpoint save: error, errno",
-}
-"""Event kinds this collector writes, with their attrs. Every event also carries, when known, pid,
-tid, cuda_dev, local_rank, mpi_rank and the source file:line (file) of the message."""
 
 IB_WC_STATUS = {
     0: "success", 1: "local length error", 2: "local QP operation error", 3: "local EE context operation error",

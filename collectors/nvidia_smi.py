@@ -51,18 +51,6 @@ COMMAND_TIMEOUT = 15.0
 MAX_XML_DEPTH = 32
 """nvidia-smi XML nests about 6 deep; anything far deeper is junk, refused before it costs recursion."""
 
-EVENTS = {
-    "nvidia_smi_error": "nvidia-smi could not talk to a GPU or the driver (Unknown Error, GPU is lost, No devices "
-                        "were found, NVIDIA-SMI has failed, Failed to initialize NVML, ERR! fields): error, reason, "
-                        "pci, fields",
-    "dcgm_diag_run": "a dcgmi diag run's metadata: dcgm_version, driver, device_ids, pod, host",
-    "dcgm_diag": "one dcgmi diag test result: test, category, result (pass/fail/warn/skip), gpus, warnings",
-    "dcgm_health": "dcgmi health -c: overall, gpus {index: status}, incidents [{gpu, system, health, message}]",
-    "dcgm_log": "a WARN/ERROR line of an nvvs or nv-hostengine log: level, gpu_index, field, value, blank, where",
-    "xid": "last Xid DCGM saw (dmon field 230, XIDER): xid, pci, gpu_index, via",
-}
-"""Kinds raised here besides the shared GPU health kinds of collectors.nvml.EVENTS."""
-
 NA = {"", "n/a", "[n/a]", "na", "not supported", "[not supported]", "none", "unknown", "[unknown]", "-"}
 REASONS = {"gpu_idle": "gpu_idle", "idle": "gpu_idle", "applications_clocks_setting": "applications_clocks",
            "applications_clocks": "applications_clocks", "sw_power_cap": "sw_power_cap", "hw_slowdown": "hw_slowdown",

@@ -42,24 +42,6 @@ TIMEOUT = 25.0
 TOUCHES_GPU = True
 FORMAT = "gpuwb.nvml/1"
 
-EVENTS = {
-    "gpu_throttle": "clocks held back by thermal/power/HW-slowdown reasons: reasons (list of hw_thermal, "
-                    "hw_power_brake, sw_power_cap, hw_slowdown, sw_thermal), all_reasons, util_gpu, idle, "
-                    "power_w, power_limit_w, temp_c, sm_clock_mhz",
-    "pcie_link_degraded": "PCIe link narrower than its maximum, or at a lower generation while under load: "
-                          "gen, max_gen, width, max_width, util_gpu, pstate, reason (width|gen)",
-    "ecc_uncorrectable": "uncorrected ECC errors counted: volatile, aggregate",
-    "row_remap_pending": "a row remap waits for a GPU reset: correctable, uncorrectable",
-    "row_remap_failure": "row remapping failed (the GPU needs service): correctable, uncorrectable",
-    "retired_pages_pending": "retired pages wait for a reset: sbe, dbe",
-    "nvlink_down": "NVLink links inactive where peers (or an earlier sample) have them active: links, active, "
-                   "expected",
-    "nvlink_error": "NVLink error counters non-zero: total, links {link: {counter: value}}",
-    "gpu_recovery_action": "the driver asks for a recovery action (r550+): action (Reset, Reboot, Drain_P2P, "
-                           "Drain_and_Reset), field",
-    "xid": "Xid event from an NVML event set during the sampling window: xid, pci, pid, process",
-}
-
 THROTTLE_BITS = {
     0x1: "gpu_idle",
     0x2: "applications_clocks",

@@ -28,15 +28,6 @@ LAYER = "hardware"
 KINDS = ("lspci_vv",)
 TIMEOUT = 20.0
 
-EVENTS = {
-    "pcie_link_degraded": "a GPU or NIC link below its capability: device (PCI id), role, cap_speed, cap_width, "
-                          "sta_speed, sta_width, degraded (width/speed), marked (lspci said 'downgraded')",
-    "pcie_link_downshift": "a GPU link at full width but lower speed, as idle power saving does (info; a fault "
-                           "only if the GPU was busy when lspci ran): same attrs as pcie_link_degraded",
-    "pcie_aer": "AER status bits set: severity (corrected / uncorrected_nonfatal / uncorrected_fatal), device, "
-                "bits (list), role",
-}
-
 _HEADER = re.compile(r"^((?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(.+?)(?:\s\[[0-9a-f]{4}\])?:"
                      r"\s+(.*)$")
 _LNK = re.compile(r"^\s+(LnkCap|LnkSta):\s+(.*)$")

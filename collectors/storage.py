@@ -54,20 +54,6 @@ LAYER = "network_storage"
 KINDS = ("iostat", "diskstats", "df", "nfsstat", "mountstats", "checkpoint_listing", "checkpoint_log")
 TIMEOUT = 30.0
 
-EVENTS = {
-    "disk_await_high": "onset of a run of iostat reports (or a diskstats interval) whose await is far above the "
-                       "device's own baseline: device, column, await_ms, baseline_ms, util_pct, aqu_sz, report",
-    "disk_stall": "requests in flight and none completed over a diskstats interval: device, inflight, seconds",
-    "filesystem_full": "df use >= 95 %: mount, use_pct, filesystem, fstype, avail_kb, inodes (bool)",
-    "nfs_retrans": "NFS client RPC retransmissions or major timeouts: server, mount, retrans, timeouts, calls",
-    "checkpoint_last_good": "newest complete checkpoint file; ts = its mtime: path, size, age_s",
-    "checkpoint_partial": "zero-byte, temporary or truncated checkpoint file: path, size, reason, "
-                          "newer_than_last_good",
-    "checkpoint_write_failed": "a checkpoint save failed in a training log: error, errno (ENOSPC/EIO/... "
-                               "when the text names one), file",
-    "storage_error": "a write/IO error in a training log outside a checkpoint save: error, errno",
-}
-
 FULL_PCT = 95
 AWAIT_FLOOR_MS = 20.0
 """Below this no await is a stall, however many times its baseline it is."""
