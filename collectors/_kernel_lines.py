@@ -6,27 +6,8 @@ module knows the formats. Prefixes: dmesg raw seconds (``[  123.456789]``), dmes
 journalctl short-iso / short-iso-precise / short-precise, syslog with or without the host field,
 /dev/kmsg and pstore (``<6>[ ...]``), and bare messages with no time at all.
 
-Event kinds this module emits, with their attrs (DESIGN.md's table plus what the line adds):
-  xid                 xid, pci, pid, process, text, uuid, gpu_instance, channel, caused_by_xid, name, meaning,
-                      action, follower, causes (from playbooks/xid.yaml); per Xid: nvlink_unit,
-                      nvlink_severity, nvlink_link, registers, intrinfo, error_status, nvlink_subcode (144-150),
-                      gsp_function, gsp_timeout_s, gpu_index (119), recovery_action (154), contained, unit,
-                      reset_required (94/95), mmu_engine, fault_type (31), exception (13), words (62)
-  gpu_fell_off_bus    pci, pci_id, uuid, xid (from an Xid 79 line, or the driver's own multi-line notice)
-  sxid                sxid, pci, nvswitch, fatal, link, data
-  nvrm                every other NVRM line, never dropped: pci, gpu_index, crash_dump
-  gsp_heartbeat_timeout  diff_ms, timeout_ms          driver_loaded  version, flavor
-  pcie_aer            severity (corrected / uncorrected_nonfatal / uncorrected_fatal), device, type, agent, source
-  pcie_link_down/up   device, slot (pciehp)           pcie_link_degraded, pcie_bandwidth  device, gbps, speed, width
-  mce                 subsystem (mce / edac / ghes / thermal), cpu, bank, status, type, count
-  oom_kill            pid, process, constraint, cgroup, global_oom, anon_rss_kb, total_vm_kb, uid, invoker
-  oom_invoked         process                         hung_task  process, pid, seconds
-  soft_lockup, rcu_stall, kernel_panic                cpu, seconds, process / flavor / reason
-  link_down, link_up  device, port (NIC, mlx5/IB, bond, veth "link is not ready / becomes ready")
-  port_module_event   device, module, status          nic_tx_timeout  device, queue     rdma_error  device
-  nfs_not_responding, nfs_ok  server, service         io_error  device
-  lustre_error, lnet_error, lustre_recovered          nid, rc, target, fsname, seconds, suppressed
-  segfault            pid, process, lib, address, ip, error      nvidia_module  module, func     boot  kernel
+The event kinds it writes (xid, sxid, gpu_fell_off_bus, nvrm, pcie_aer, mce, oom_kill, link_down, nfs_not_responding,
+lustre_error, ...) and their attrs are declared in playbooks/events.yaml.
 """
 
 from __future__ import annotations
