@@ -12,12 +12,8 @@ source. Where Kubernetes has no word, the emitting component's own is used: the 
 ``XidCriticalError`` and ``DeviceUnhealthy`` (with ``xid`` and ``gpu_uuid``). Ages in tables
 (``18m``) are anchored on the file's mtime, else a dated neighbour, and marked approximate.
 
-Event kinds emitted here:
-    k8s_event          reason, object (Kind/name), namespace, container, exit_code, signal, limits,
-                       count, type (Normal/Warning), node, message; plus insufficient (resources
-                       FailedScheduling lacked), xid, gpu_uuid, resource, usage, request where known
-    k8s_runtime_error  component (kubelet, containerd, ...), level, message, error: an error line
-                       of a node agent that carries no Kubernetes reason
+Event kinds emitted here: k8s_event, and k8s_runtime_error for an error line of a node agent that
+carries no Kubernetes reason; their attrs are declared in playbooks/events.yaml.
 """
 
 from __future__ import annotations

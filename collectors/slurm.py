@@ -16,11 +16,8 @@ Decisions:
 - Slurm prints local time without an offset; capture runs the commands with TZ=UTC, and offline
   text is read as UTC.
 
-Event kinds emitted here (attrs beyond DESIGN.md's):
-    job_state    job, state, exit_code, signal, nodes, reason, elapsed (s), name, partition, user
-    node_state   node, state, state_raw, flags, reason, user
-    step_killed  job, step, state, exit_code, signal, node, task, pid, process, reason
-    oom_kill     job, step, count (a cgroup OOM kill reported by slurmstepd)
+Event kinds emitted here: job_state, node_state, step_killed and oom_kill (a cgroup OOM kill reported
+by slurmstepd); their attrs are declared in playbooks/events.yaml.
 """
 
 from __future__ import annotations
