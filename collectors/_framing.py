@@ -69,6 +69,10 @@ class Framed:
     end_line: int | None = None
     """Last physical line of a record joined from CRI partial lines (None: the record is one line)."""
     wrappers: tuple[str, ...] = field(default_factory=tuple)
+    offsets: tuple[int, ...] = field(default_factory=tuple)
+    """where each wrapper began in ``text``"""
+    text: str = ""
+    """the text the wrappers were peeled from (a docker line's decoded ``log`` string)"""
     partial: bool = False
 
 
@@ -97,6 +101,9 @@ def parse_iso(text: str) -> datetime | None:
 
 _FENCE = re.compile(r"\s{0,3}(?:```|~~~)[\w+-]*\s*$")
 _QUOTE = re.compile(r"\s{0,3}> ?")
+_INDENT = re.compile(r"[ \t]+(?=\[\s*[+\d]|\[[A-Z][a-z]{2}|\d{4}-\d\d-\d\d[T ]\d|[A-Z][a-z]{2} [ \d]\d \d\d:)")
+"""An indented line that starts with a time is a pasted log (a Markdown list or code block), not a
+kernel continuation line (those carry no time of their own)."""
 _CRI = re.compile(rf"(?P<iso>{ISO}) (?P<stream>stdout|stderr) (?P<tag>[FP])(?: |$)")
 _RFC5424 = re.compile(rf"<(?P<pri>\d{{1,3}})>1 (?P<iso>{ISO}) (?P<host>\S+) (?P<app>\S+) (?P<procid>\S+) \S+ "
                       r"(?:-|(?:\[(?:[^\]\\]|\\.)*\])+) ?")
@@ -139,12 +146,14 @@ def peel(text: str, line: int = 0, *, reference: datetime | None = None, boot: d
 
     ``reference`` dates year-less stamps (syslog, glog, vLLM, ``dmesg -H``); ``boot`` turns dmesg
     seconds into UTC. Never raises; a line nothing matches comes back whole as its own body."""
-    out = Framed(line=line, message=text)
+    out = Framed(line=line, message=text, text=text)
     wrappers: list[str] = []
+    offsets: list[int] = []
     pos = 0
     timed = False
     for _ in range(12):
         step = _peel_once(text, pos, out, wrappers, timed, reference, boot)
+        offsets.extend([pos] * (len(wrappers) - len(offsets)))
         if step is None:
             break
         pos, timed = step
@@ -152,6 +161,7 @@ def peel(text: str, line: int = 0, *, reference: datetime | None = None, boot: d
         return out
     out.message = text[pos:]
     out.wrappers = tuple(wrappers)
+    out.offsets = tuple(offsets)
     return out
 
 
@@ -166,6 +176,9 @@ def _peel_once(text: str, pos: int, out: Framed, wrappers: list[str], timed: boo
     if first in " `~" and _FENCE.match(text, pos):
         wrappers.append("fence")
         return len(text), False
+    if pos == 0 and first in " \t" and (m := _INDENT.match(text)):
+        wrappers.append("indent")
+        return m.end(), timed
     if first in " >" and (m := _QUOTE.match(text, pos)) and ">" in m.group(0):
         wrappers.append("quote")
         return m.end(), timed
@@ -358,6 +371,7 @@ def _docker(text: str, out: Framed, wrappers: list[str], reference: datetime | N
     for name in Framed.__slots__:
         setattr(out, name, getattr(inner, name))
     out.wrappers = ("docker_json", *inner.wrappers)
+    out.offsets = (0, *inner.offsets)
     wrappers.append("docker_json")
     return None
 
@@ -524,3 +538,50 @@ def _split_escaped(rec: Framed, reference: datetime | None, boot: datetime | Non
 
 def _from_neighbour(rec: Framed, dated: Framed) -> None:
     rec.ts, rec.ts_origin, rec.ts_approx = dated.ts, "neighbour", True
+
+
+FOREIGN = frozenset({"quote", "fence", "indent", "cri", "docker_json", "host_label", "dmesg_human", "dmesg_delta",
+                     "escaped_newlines"})
+"""Wrappers no format parser reads; the others (syslog, dmesg stamps, ISO, launcher ranks, glog, ...) the
+parsers read themselves."""
+_TIMED = frozenset({"syslog", "iso", "rfc5424", "dmesg", "dmesg_ctime", "glog", "vllm", "python_logging"})
+
+
+def unframed_lines(lines: Iterable[str], *, reference: datetime | None = None) -> Iterator[str]:
+    """One line out per line in, with the wrappers no format parser reads (quotes, fences, CRI, docker,
+    launcher labels, ``dmesg -H``) taken off and what parsers do read kept verbatim. A time only a
+    taken-off wrapper gave goes in front in a spelling the parsers share (``dmesg --time-format iso``
+    when exact, ``dmesg -T`` ctime when approximate), so a file no sniffer accepted can be parsed as
+    what its lines are. Lines joined into the record above come out empty; ``#012`` becomes a space."""
+    numbered = list(enumerate(lines, start=1))
+    out: dict[int, str] = {}
+    for rec in frame_lines(numbered, reference=reference):
+        out.setdefault(rec.line, _respelled(rec, numbered[rec.line - 1][1]))
+        for joined in range(rec.line + 1, (rec.end_line or rec.line) + 1):
+            out[joined] = ""
+    for n, line in numbered:
+        yield out.get(n, line)
+
+
+def _respelled(rec: Framed, line: str) -> str:
+    if not FOREIGN.intersection(rec.wrappers):
+        return line
+    if "fence" in rec.wrappers:
+        return ""
+    if "escaped_newlines" in rec.wrappers:
+        return line.replace("#012", " ").replace("#011", " ")
+    native = next((i for i, w in enumerate(rec.wrappers) if w not in FOREIGN), None)
+    if native is not None and rec.end_line is None:
+        rest = rec.text[rec.offsets[native]:]
+        if _TIMED.intersection(rec.wrappers[native:]):
+            return rest
+    else:
+        rest = rec.message
+    if rec.ts is not None and rec.ts_origin != "neighbour":
+        when = rec.ts.astimezone(timezone.utc)
+        if rec.ts_approx:
+            return f"[{when:%a %b %d %H:%M:%S %Y}] {rest}"
+        return f"{when:%Y-%m-%dT%H:%M:%S,%f}+00:00 {rest}"
+    if rec.mono is not None:
+        return f"[{rec.mono:12.6f}] {rest}"
+    return rest

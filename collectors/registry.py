@@ -46,6 +46,14 @@ def known_kinds() -> list[str]:
 def sniff(name: str, head: str, min_score: int = 1) -> tuple[str, ModuleType] | None:
     """The kind whose collector is most confident about this file's first bytes, if any scores
     at least ``min_score``."""
+    best = sniff_scored(name, head)
+    if best is None or best[0] < min_score:
+        return None
+    return best[1], best[2]
+
+
+def sniff_scored(name: str, head: str) -> tuple[int, str, ModuleType] | None:
+    """(score, kind, collector) of the most confident sniffer, or None when none recognises the head."""
     best: tuple[int, str, ModuleType] | None = None
     for module in all_collectors():
         sniffer = getattr(module, "sniff", None)
@@ -54,6 +62,17 @@ def sniff(name: str, head: str, min_score: int = 1) -> tuple[str, ModuleType] | 
         for kind, score in (sniffer(name, head) or {}).items():
             if score > 0 and (best is None or score > best[0]):
                 best = (score, kind, module)
-    if best is None or best[0] < min_score:
+    return best
+
+
+def sniff_unwrapped(name: str, head: str, min_score: int = 1) -> tuple[str, ModuleType] | None:
+    """What the head is once the wrappers no collector reads are peeled off (a dmesg pasted in a Markdown
+    quote, an NCCL log through CRI or kubectl --timestamps, ``dmesg -H``): the same verdict as
+    :func:`sniff` on the unwrapped lines, or None when there was nothing to peel or still no verdict."""
+    from collectors._framing import unframed_lines  # deferred: only files no sniffer took get here
+
+    lines = head.splitlines()[:400]
+    unwrapped = list(unframed_lines(lines))
+    if unwrapped == lines:
         return None
-    return best[1], best[2]
+    return sniff(name, "\n".join(unwrapped), min_score=min_score)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collectors._framing import frame_lines, parse_iso, peel
+from collectors._framing import frame_lines, parse_iso, peel, unframed_lines
 
 BODY = "NVRM: Xid (PCI:0000:19:00): 79, pid=0, GPU has fallen off the bus."
 REF = datetime(2025, 3, 10, tzinfo=timezone.utc)
@@ -40,6 +40,7 @@ WRAPPED = [
     (f"[rank3]: {BODY}", None, None, 3, None, "torchrun"),
     (f"[1,3]<stderr>: {BODY}", None, None, 3, "stderr", "mpirun"),
     (f"> {BODY}", None, None, None, None, "quote"),
+    (f"    [Sun Feb 23 16:24:18 2025] {BODY}", "2025-02-23T16:24:18", None, None, None, "indent"),
     (f"> > 2025-01-02 03:04:05 {BODY}", "2025-01-02T03:04:05", None, None, None, "quote"),
     (f"I0306 09:55:01.123456  1234 file.cc:12] {BODY}", "2025-03-06T09:55:01.123456", None, None, None, "glog"),
     (f"2025-03-06 09:55:01,123 - vllm.engine - ERROR - {BODY}", "2025-03-06T09:55:01.123000", None, None, None,
@@ -172,3 +173,26 @@ def test_fuzz_peel_body_is_a_suffix(text):
     framed = peel(text)
     if "docker_json" not in framed.wrappers:
         assert text.endswith(framed.message)
+
+
+def test_unframed_lines_take_off_only_what_no_parser_reads():
+    lines = ["```", "[May19 19:57] pcieport 0000:00:03.0: AER: Uncorrected (Fatal) error received: 0000:00:03.0",
+             "[  +0.000844] nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)",
+             "2025-01-02T03:04:05.5Z stderr F NVRM: Xid (PCI:0000:19:00): 79, pid=0",
+             "2025-01-02T03:04:05Z stdout F [rank1]: NCCL WARN x", "> Mar  6 09:55:01 node07 kernel: NVRM: q",
+             "Mar  6 09:55:01 node07 kernel: [ 1936.510073] NVRM: Xid", "plain", "```"]
+    out = list(unframed_lines(lines, reference=REF))
+    assert out == ["", "[Sun May 19 19:57:00 2024] pcieport 0000:00:03.0: AER: Uncorrected (Fatal) error received: "
+                       "0000:00:03.0",
+                   "[Sun May 19 19:57:00 2024] nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)",
+                   "2025-01-02T03:04:05,500000+00:00 NVRM: Xid (PCI:0000:19:00): 79, pid=0",
+                   "2025-01-02T03:04:05,000000+00:00 [rank1]: NCCL WARN x", "Mar  6 09:55:01 node07 kernel: NVRM: q",
+                   lines[6], "plain", ""]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=30)), max_size=5).map("".join),
+                max_size=20))
+def test_fuzz_unframed_lines_keep_the_line_count(lines):
+    lines = [line.replace("\n", " ").replace("\r", " ") for line in lines]
+    assert len(list(unframed_lines(lines, reference=REF))) == len(lines)

@@ -157,3 +157,25 @@ def test_ingest_writes_a_kernel_logs_xid_once(tmp_path):
     assert len(xids) == 1 and xids[0]["source"] == "kernel" and "signature" not in xids[0]["attrs"]
     assert len(kills) == 1
     assert json.dumps(events)
+
+
+def test_a_log_pasted_in_wrappers_is_parsed_as_what_its_lines_are(tmp_path):
+    paste = tmp_path / "evidence" / "dmesg.txt"
+    paste.parent.mkdir()
+    paste.write_text("1. dmesg on the node:\n\n   ```text\n"
+                     "    [Sun Jan 11 09:52:01 2026] NVRM: Xid (PCI:0000:19:00): 79, pid=0, GPU has fallen off "
+                     "the bus.\n"
+                     "    [Sun Jan 11 09:52:02 2026] NVRM: GPU 0000:19:00.0: GPU has fallen off the bus.\n"
+                     "   ```\n")
+    events = ingest_timeline(tmp_path / "b.duckdb", paste.parent)
+    kernel = [e for e in events if e["source"] == "kernel"]
+    assert {e["kind"] for e in kernel} >= {"xid"}
+    assert all(e["ts"] and e["ts"].startswith("2026-01-11T09:52:0") for e in kernel)
+    assert [e["kind"] for e in events].count("xid") == 1
+
+
+def test_a_clean_kernel_log_is_not_respelled(tmp_path):
+    from collectors import registry
+
+    head = "Mar  6 09:55:01 node07 kernel: [ 1936.510073] NVRM: Xid (PCI:0000:19:00): 79, pid=0\n" * 5
+    assert registry.sniff_unwrapped("kern.log", head) is None
