@@ -275,11 +275,13 @@ class Engine:
                           rows=group) for group in groups]
 
     def _fold_gpuless(self, found: dict[tuple, Candidate]) -> None:
-        """A GPU-scoped row without a GPU (a CUDA error with no rank map) joins the one GPU
-        candidate of the same cause on its host, when there is exactly one."""
+        """A GPU-scoped row without a GPU (a CUDA error with no rank map, NVML naming the GPU by UUID)
+        joins the one GPU candidate of the same cause on its host, when there is exactly one. Without
+        a host, only when no row of the bundle names one (a paste from one machine)."""
+        hostless = not self.place.machines
         for key, cand in list(found.items()):
             cause, host, gpu = key
-            if cand.scope != "gpu" or gpu is not None or host is None:
+            if cand.scope != "gpu" or gpu is not None or (host is None and not hostless):
                 continue
             siblings = [c for (k_cause, k_host, k_gpu), c in found.items()
                         if k_cause == cause and k_host == host and k_gpu is not None]
@@ -446,13 +448,15 @@ class Engine:
 
 def _precedes_in_paste(a: Candidate, b: Candidate) -> bool:
     """Neither candidate has a time (a pasted excerpt, a log without timestamps): the order of the
-    lines in a file they share is the order of events, so a's first line before b's first line there
-    says a came first. Candidates that share no file, or that have times, are not ordered this way."""
+    lines in a file they share is the order of events, so a's first line after b's first line in every
+    file they share says a did not come first. Without a shared file nothing contradicts the catalog's
+    direction (a leads to b). Candidates with times are ordered by them, not here."""
     if any(r["at"] is not None for r in a.rows + b.rows):
         return False
     first_a = _first_lines(a)
     first_b = _first_lines(b)
-    return any(first_a[art] < first_b[art] for art in first_a.keys() & first_b.keys())
+    shared = first_a.keys() & first_b.keys()
+    return not shared or any(first_a[art] < first_b[art] for art in shared)
 
 
 def _first_lines(c: Candidate) -> dict[str, int]:

@@ -32,10 +32,14 @@ class Outcome:
     case: str
     expected: str
     top: list[str]
+    expected_gpu: str | None = None
+    top_gpu: str | None = None
 
     @property
     def hit1(self) -> bool:
-        return bool(self.top) and self.top[0] == self.expected
+        """The top hypothesis names the concluded cause, and the GPU the thread names when it names one."""
+        right_place = self.expected_gpu is None or self.top_gpu == self.expected_gpu
+        return bool(self.top) and self.top[0] == self.expected and right_place
 
     @property
     def hit3(self) -> bool:
@@ -53,7 +57,9 @@ def diagnose(folder: Path, tmp_path: Path) -> Outcome:
     code, out, err = run_cli("analyze", bundle, "--json")
     assert code == 0, f"{folder.name}: analyze failed: {err}"
     result = json.loads(out)
-    return Outcome(folder.name, want["expected_cause"], [h["cause"] for h in result["hypotheses"]])
+    hyps = result["hypotheses"]
+    return Outcome(folder.name, want["expected_cause"], [h["cause"] for h in hyps],
+                   expected_gpu=want.get("expected_gpu"), top_gpu=hyps[0]["gpu"] if hyps else None)
 
 
 def test_cases_are_well_formed() -> None:
@@ -71,10 +77,13 @@ def test_cases_are_well_formed() -> None:
 def test_top1_rate_does_not_fall_below_floor(tmp_path: Path) -> None:
     outcomes = [diagnose(folder, tmp_path) for folder in CASES]
     width = max(len(o.case) for o in outcomes)
-    print(f"\n{'case':<{width}}  {'expected':<24} {'got top-1':<24} top-3")
+    print(f"\n{'case':<{width}}  {'expected':<26} {'got top-1':<26} {'top-1':<5} top-3")
     for o in outcomes:
         got = o.top[0] if o.top else "-"
-        print(f"{o.case:<{width}}  {o.expected:<24} {got:<24} {'hit' if o.hit3 else 'miss'}")
+        if o.expected_gpu:
+            got += f" @{o.top_gpu}"
+        print(f"{o.case:<{width}}  {o.expected:<26} {got:<26} {'hit' if o.hit1 else 'miss':<5} "
+              f"{'hit' if o.hit3 else 'miss'}")
     top1 = sum(o.hit1 for o in outcomes) / len(outcomes)
     top3 = sum(o.hit3 for o in outcomes) / len(outcomes)
     print(f"top-1 {sum(o.hit1 for o in outcomes)}/{len(outcomes)} = {top1:.2f}; "

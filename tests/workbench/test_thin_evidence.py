@@ -18,14 +18,17 @@ from workbench.bundle import Bundle
 from workbench.hypotheses import LOW_SCORE
 
 
-def diagnose(tmp_path: Path, rows: list[Event]) -> dict:
+def diagnose(tmp_path: Path, rows: list[Event], *more_files: list[Event]) -> dict:
+    """Analyse the rows as pasted lines of one file (and each further list as another file)."""
     path = tmp_path / "thin.duckdb"
     bundle = Bundle.create(path, title="thin evidence")
-    sha, _, _ = bundle.add_artifact(io.BytesIO(b"pasted"), kind="synthetic", source="ticket.txt", collector="kernel")
-    writer = bundle.writer(sha)
-    for row in rows:
-        writer.add(row)
-    writer.flush()
+    for n, file_rows in enumerate((rows, *more_files)):
+        sha, _, _ = bundle.add_artifact(io.BytesIO(f"pasted {n}".encode()), kind="synthetic",
+                                        source=f"ticket-{n}.txt", collector="kernel")
+        writer = bundle.writer(sha)
+        for row in file_rows:
+            writer.add(row)
+        writer.flush()
     bundle.seal()
     bundle.close()
     with Bundle.open(path) as opened:
@@ -92,6 +95,26 @@ def test_engine_that_found_the_card_taken_explains_its_empty_kv_cache(tmp_path: 
     hyp = top(diagnose(tmp_path, rows))
     assert hyp["cause"] == "gpu_contention"
     assert hyp["consequences"] == ["kv_cache_pressure"]
+
+
+def test_contention_explains_the_empty_kv_cache_pasted_in_another_file(tmp_path: Path) -> None:
+    """Two pasted files and no times: nothing contradicts the catalog's direction (contention leads to
+    KV-cache exhaustion), so the exhaustion is a consequence, not a second root cause."""
+    profile = [Event(kind="engine_memory_profile", layer="gpu", line=3, message="Memory profiling results: ...",
+                     attrs={"total_gib": 79.15, "initial_gib": 68.01})]
+    no_blocks = [Event(kind="kv_cache_no_blocks", layer="gpu", line=2,
+                       message="ValueError: No available memory for the cache blocks.")]
+    hyps = diagnose(tmp_path, no_blocks, profile)["hypotheses"]
+    assert [(h["cause"], h["consequences"]) for h in hyps][0] == ("gpu_contention", ["kv_cache_pressure"])
+
+
+def test_gpu_named_by_uuid_joins_the_gpu_named_by_bus_id_in_a_hostless_paste(tmp_path: Path) -> None:
+    rows = [Event(kind="xid", layer="hardware", line=2, gpu="0000:ae:00.0", attrs={"xid": 79},
+                  message="XID 79(GPU has fallen off the bus) detected on PCI:0000:ae:00"),
+            Event(kind="gpu_lost", layer="hardware", line=5, attrs={"uuid": "GPU-ac896b35"},
+                  message="failed to get device remapped rows: ERROR_GPU_IS_LOST")]
+    hyps = diagnose(tmp_path, rows)["hypotheses"]
+    assert [(h["cause"], h["gpu"]) for h in hyps] == [("gpu_fell_off_bus", "0000:ae:00.0")]
 
 
 def aer_rows(source: str | None = None) -> list[Event]:
