@@ -14,7 +14,11 @@ still leave that map behind, and the NCCL log reader (collectors/nccl.py) hands 
 - an environment dump (``SLURM_PROCID=3``, ``SLURM_LOCALID=1``, ``RANK``, ``LOCAL_RANK``, ``SLURMD_NODENAME``,
   ``CUDA_VISIBLE_DEVICES``, ``export``/``declare -x`` forms, one dump per prefix rank) (``environment``);
 - torchrun's failure table (``rank: 1 (local_rank: 1)``, ``host: node07``, ``pid: 48211``)
-  (``failure_table``).
+  (``failure_table``);
+- a flight-recorder dump taken from a host: PyTorch writes one per rank, named by the rank
+  (TORCH_NCCL_DEBUG_INFO_TEMP_FILE, default ``/tmp/nccl_trace_rank_<rank>``,
+  https://docs.pytorch.org/tutorials/unstable/flight_recorder_tutorial.html) (``flight_recorder``). The
+  dump itself is a pickle and is never loaded: the name and the host it came from are the evidence.
 
 Each becomes a ``topology`` row at the end of the file, marked ``extra.placed_by``; a CUDA device the
 evidence pins to a physical GPU (CUDA_VISIBLE_DEVICES with the local rank) is ``extra.gpu_index``.
@@ -39,6 +43,7 @@ ENV_NEEDLES = ("RANK=", "SLURM_PROCID=", "SLURM_LOCALID=", "NODENAME=", "CUDA_VI
                "SLURM_JOBID=", "WORLD_SIZE=")
 """What an environment dump line holds (the reader's prefilter needles)."""
 RENDEZVOUS = "Rendezvous complete for workers"
+TRACE_NAME = re.compile(r"(?:^|/)nccl_trace_rank_(?P<rank>\d{1,6})(?:\.\w{1,8})?$")
 _TABLE_ROW = re.compile(r"^\s*(?P<key>[a-z_]+)=(?P<value>.*?)\s*$")
 _INTS = re.compile(r"\d+")
 
@@ -203,6 +208,13 @@ class LauncherPlaces:
         return Topology(rank=rank, host=host.split(".", 1)[0] if host != self.host else host,
                         nranks=int(world) if world.isdigit() else None,
                         job=dump.get("SLURM_JOB_ID") or dump.get("SLURM_JOBID") or self.job, extra=extra)
+
+
+def trace_rows(source_name: str, host: str | None) -> Iterator[Topology]:
+    """The rank a flight-recorder dump belongs to, on the host it was collected from."""
+    m = TRACE_NAME.search(source_name)
+    if m and host:
+        yield Topology(rank=int(m.group("rank")), host=host, extra={"placed_by": "flight_recorder"})
 
 
 def _extra(placed_by: str, local_rank: Any) -> dict[str, Any]:

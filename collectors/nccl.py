@@ -39,7 +39,7 @@ from typing import Any, BinaryIO
 
 from collectors import _torch_dist as torch_dist
 from collectors import storage
-from collectors._launcher_places import ENV_NEEDLES, RENDEZVOUS, LauncherPlaces, Rendezvous
+from collectors._launcher_places import ENV_NEEDLES, RENDEZVOUS, TRACE_NAME, LauncherPlaces, Rendezvous, trace_rows
 from collectors._torch_dist import Continuation, Finding
 from collectors.base import (
     MAX_LINE_BYTES,
@@ -58,7 +58,7 @@ from collectors.base import (
 
 NAME = "nccl"
 LAYER = "network_storage"
-KINDS = ("nccl_log",)
+KINDS = ("nccl_log", "nccl_trace")
 TIMEOUT = 20.0
 PRIORITY = 60
 
@@ -1094,6 +1094,8 @@ _SNIFF_RANK_PREFIX = re.compile(r"^\[(?:rank|[A-Za-z_]+)\d+\]:", re.M)
 
 
 def sniff(name: str, head: str) -> dict[str, int]:
+    if TRACE_NAME.search(name):
+        return {"nccl_trace": 85}
     if _SNIFF_NCCL.search(head):
         return {"nccl_log": 90}
     if _SNIFF_TORCH.search(head):
@@ -1108,4 +1110,7 @@ def sniff(name: str, head: str) -> dict[str, int]:
 
 
 def parse(kind: str, stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
+    if kind == "nccl_trace":
+        yield from trace_rows(ctx.source_name, ctx.host)
+        return
     yield from _Reader(ctx).rows(stream)

@@ -10,6 +10,8 @@ from datetime import datetime, timezone
 
 from collectors import nccl
 from collectors.base import ParseContext, Topology
+from tests.conftest import run_cli
+from workbench.bundle import Bundle
 
 
 def _topology(text: str, *, host: str | None = None, name: str = "") -> list[Topology]:
@@ -136,3 +138,17 @@ def test_launcher_logs_are_sniffed_as_rank_logs() -> None:
     tee = "".join(f"[rank0]:line {i}\n" for i in range(3))
     assert nccl.sniff("rank0.log", tee) == {"nccl_log": 75}
     assert nccl.sniff("notes.txt", "RANK is a word\n") == {}
+
+
+def test_flight_recorder_dump_places_its_rank_on_the_host_it_came_from(tmp_path) -> None:
+    """One dump per rank, named by the rank; the pickle inside is never loaded."""
+    dump = tmp_path / "ev" / "node07" / "nccl_trace_rank_1"
+    dump.parent.mkdir(parents=True)
+    dump.write_bytes(b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x07version\x94\x8c\x032.4\x94s.")
+    assert nccl.sniff("nccl_trace_rank_1", "") == {"nccl_trace": 85}
+    assert nccl.sniff("nccl_trace_rank_x", "") == {}
+    code, out, err = run_cli("ingest", tmp_path / "b.duckdb", tmp_path / "ev")
+    assert code == 0, err or out
+    with Bundle.open(tmp_path / "b.duckdb") as bundle:
+        rows = bundle.con.execute("SELECT rank, host, extra->>'placed_by' FROM topology").fetchall()
+    assert rows == [(1, "node07", "flight_recorder")]
