@@ -32,10 +32,10 @@ _KIND = re.compile(r"[a-z][a-z0-9_]*")
 
 @pytest.fixture(scope="module")
 def evidence_events(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str, str, str, dict]]:
-    """(where, kind, layer, severity, attrs) of every event of the corpus, each scenario and each demo
-    incident, ingested as a user would (derivations included)."""
+    """(where, kind, layer, severity, attrs) of every event of the corpus, the NVML replays, each
+    scenario and each demo incident, ingested as a user would (derivations included)."""
     tmp = tmp_path_factory.mktemp("vocabulary")
-    inputs = {"corpus": CORPUS}
+    inputs = {"corpus": CORPUS, "nvml-replays": ROOT / "tests" / "data" / "nvml"}
     inputs.update({p.name: p for p in sorted(SCENARIOS.iterdir()) if (p / "expected.yaml").exists()})
     for demo in DEMOS:
         demo.module.write(tmp / f"demo-{demo.name}")
