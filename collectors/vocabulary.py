@@ -43,6 +43,11 @@ says which events show which symptom."""
 
 SYMPTOM_KINDS = tuple(SYMPTOMS)
 
+FAILED_JOB_STATES = ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "PREEMPTED", "BOOT_FAIL",
+                     "DEADLINE")
+"""Slurm end states in which a job failed: a job_state or step_killed event in one of them shows the
+job_failed symptom (the symptoms query of playbooks/checks.yaml lists the same)."""
+
 _CATALOG = Path(__file__).resolve().parent.parent / "playbooks" / "events.yaml"
 
 

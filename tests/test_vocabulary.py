@@ -8,8 +8,10 @@ import json
 import re
 
 import pytest
+import yaml
 
 from collectors.vocabulary import (
+    FAILED_JOB_STATES,
     LAYERS,
     SEVERITIES,
     SYMPTOM_KINDS,
@@ -148,3 +150,11 @@ def test_the_playbooks_need_only_declared_kinds() -> None:
         needs |= set(re.findall(r"\bkind:([a-z0-9_]+)", path.read_text(encoding="utf-8")))
     assert len(needs) >= 5
     assert needs - set(event_kinds()) == set()
+
+
+def test_the_symptoms_query_fails_jobs_in_the_declared_states() -> None:
+    """checks.yaml is SQL and cannot import: it must spell the same failed Slurm states."""
+    checks = yaml.safe_load((ROOT / "playbooks" / "checks.yaml").read_text(encoding="utf-8"))
+    listed = re.search(r"upper\(attrs->>'state'\) IN\s*\(([^)]*)\)", checks["symptoms"]["sql"])
+    assert listed is not None
+    assert sorted(re.findall(r"'([A-Z_]+)'", listed.group(1))) == sorted(FAILED_JOB_STATES)

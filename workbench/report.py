@@ -22,14 +22,12 @@ from dataclasses import asdict, is_dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from collectors.vocabulary import LAYER_TITLES, LAYERS
+from collectors.vocabulary import FAILED_JOB_STATES, LAYER_TITLES, LAYERS
 from workbench import __version__, journal, query
 from workbench.bundle import Bundle, utc_naive
 from workbench.svg import Lane, Mark, line_chart, swimlane
 
 FORMATS = ("md", "html", "json")
-FAILED_JOB_STATES = ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "PREEMPTED", "BOOT_FAIL",
-                     "DEADLINE")
 ACTION_PRIORITY = {"monitoring": "P1", "isolation": "P1", "change_control": "P2", "drills": "P3"}
 ACTION_CATEGORY = {"monitoring": "Monitoring", "change_control": "Change control", "isolation": "Isolation",
                    "drills": "Drills"}
