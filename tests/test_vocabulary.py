@@ -76,8 +76,9 @@ def _strings(node: ast.expr) -> list[str]:
 
 
 def emitted_kinds(source: str) -> set[str]:
-    """Kinds written as literals: ``Event(kind=...)``, ``Finding("k", ...)``, ``Rule("k", ...)`` and the
-    collectors' ``_event(..., "k", ...)`` helpers (the first literal of the first two arguments)."""
+    """Kinds written as literals: ``Event(kind=...)`` or ``Event("k", ...)``, ``Finding("k", ...)``,
+    ``Rule("k", ...)`` and the collectors' ``_event(..., "k", ...)`` helpers (the first literal of the
+    first two arguments)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Call):
@@ -85,6 +86,7 @@ def emitted_kinds(source: str) -> set[str]:
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
         if name == "Event":
             found.update(s for kw in node.keywords if kw.arg == "kind" for s in _strings(kw.value))
+            found.update(_strings(node.args[0]) if node.args else [])
         elif name in ("Finding", "Rule") and node.args:
             found.update(_strings(node.args[0]))
         elif name == "_event":
@@ -105,12 +107,13 @@ def test_the_static_check_sees_each_way_of_writing_a_kind() -> None:
     source = """
 Event(kind="a_kind", message="")
 Event(kind="up" if x else "down_kind", message="")
+Event("positional_kind", "message")
 Finding("finding_kind", "error", {})
 self._event(rec, "helper_kind", "gpu", "info")
 self._event("other_helper_kind", message)
 _event(reason, "FailedScheduling")
 """
-    assert emitted_kinds(source) == {"a_kind", "up", "down_kind", "finding_kind", "helper_kind",
+    assert emitted_kinds(source) == {"a_kind", "up", "down_kind", "positional_kind", "finding_kind", "helper_kind",
                                      "other_helper_kind"}
 
 
