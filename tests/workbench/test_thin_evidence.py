@@ -187,3 +187,24 @@ def test_first_anomaly_and_window_sit_at_the_incident_not_at_boot(tmp_path: Path
     assert result["first_anomaly"]["ts"].startswith("2025-05-19T19:57")
     start = datetime.fromisoformat(result["window"]["start"].rstrip("Z"))
     assert T0 - timedelta(hours=2) <= start <= T0
+
+
+def test_one_line_each_ranks_its_cause(tmp_path: Path) -> None:
+    """Lines a program or a tool prints, each alone in a ticket."""
+    cases = {
+        "nvlink_error": Event(kind="cuda_error", layer="gpu", line=1,
+                              message="RuntimeError: CUDA error: uncorrectable NVLink error detected during the "
+                                      "execution"),
+        "gpu_fell_off_bus": Event(kind="nvidia_smi_error", layer="gpu", line=1, gpu="0000:3b:00.0",
+                                  message="nvidia-smi shows ERR! for fan, temp, power of GPU 2",
+                                  attrs={"error": "ERR!", "pci": "0000:3b:00.0"}),
+        "gpu_contention": Event(kind="cuda_error", layer="gpu", line=1,
+                                message="RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable"),
+        "ecc_uncorrectable": Event(kind="cuda_error", layer="gpu", line=1, attrs={"ecc": True},
+                                   message="RuntimeError: CUDA error: uncorrectable ECC error encountered"),
+    }
+    for n, (cause, row) in enumerate(cases.items()):
+        folder = tmp_path / str(n)
+        folder.mkdir()
+        hyp = top(diagnose(folder, [row]))
+        assert (hyp["cause"], hyp["score"] >= LOW_SCORE) == (cause, True), row.message
