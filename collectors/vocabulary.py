@@ -80,10 +80,15 @@ def attr_groups() -> dict[str, dict[str, str]]:
 
 @cache
 def _catalog() -> tuple[dict[str, EventKind], dict[str, dict[str, str]]]:
+    return parse_catalog(_CATALOG.read_text(encoding="utf-8"))
+
+
+def parse_catalog(text: str) -> tuple[dict[str, EventKind], dict[str, dict[str, str]]]:
+    """(kinds, attr groups) of an events.yaml text; a malformed entry raises VocabularyError naming it."""
     import yaml
 
-    doc = yaml.load(_CATALOG.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    glossary: dict[str, str] = doc["attrs"]
+    doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    glossary: dict[str, str] = doc.get("attrs") or {}
 
     def meanings(where: str, attrs: dict[str, Any]) -> dict[str, str]:
         out = {}
@@ -94,9 +99,11 @@ def _catalog() -> tuple[dict[str, EventKind], dict[str, dict[str, str]]]:
             out[attr] = " ".join(str(meaning).split())
         return out
 
-    groups = {name: meanings(name, attrs) for name, attrs in doc["attr_groups"].items()}
+    groups = {name: meanings(name, attrs) for name, attrs in (doc.get("attr_groups") or {}).items()}
     kinds: dict[str, EventKind] = {}
     for name, entry in doc["kinds"].items():
+        if not entry.get("meaning") or not entry.get("layer"):
+            raise VocabularyError(f"events.yaml: {name}: needs a layer and a meaning")
         layers = entry["layer"] if isinstance(entry["layer"], list) else [entry["layer"]]
         bad = [layer for layer in layers if layer not in LAYERS]
         if bad:

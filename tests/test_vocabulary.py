@@ -18,8 +18,10 @@ from collectors.vocabulary import (
     SYMPTOMS,
     VERDICT_MARKS,
     VERDICTS,
+    VocabularyError,
     event_kinds,
     events_markdown,
+    parse_catalog,
     problems,
 )
 from tests.conftest import CORPUS, ROOT
@@ -161,3 +163,20 @@ def test_the_symptoms_query_fails_jobs_in_the_declared_states() -> None:
     listed = re.search(r"upper\(attrs->>'state'\) IN\s*\(([^)]*)\)", checks["symptoms"]["sql"])
     assert listed is not None
     assert sorted(re.findall(r"'([A-Z_]+)'", listed.group(1))) == sorted(FAILED_JOB_STATES)
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("kinds: {k: {layer: gpus, meaning: m}}", "layer 'gpus'"),
+    ("kinds: {k: {layer: gpu}}", "needs a layer and a meaning"),
+    ("kinds: {k: {layer: gpu, meaning: m, attrs: {pci: }}}", "attr 'pci' has no meaning"),
+    ("kinds: {k: {layer: gpu, meaning: m, groups: [nccl]}}", "attr group 'nccl'"),
+])
+def test_a_malformed_declaration_is_refused_with_its_place(text: str, says: str) -> None:
+    with pytest.raises(VocabularyError, match=re.escape(says)):
+        parse_catalog(text)
+
+
+def test_attrs_take_the_shared_meaning_and_their_groups() -> None:
+    kinds, _ = parse_catalog("attrs: {pci: bus id}\nattr_groups: {line: {pid: process id}}\n"
+                             "kinds: {k: {layer: [gpu, hardware], meaning: m, groups: [line], attrs: {pci: }}}")
+    assert kinds["k"].attrs == {"pid": "process id", "pci": "bus id"} and kinds["k"].layers == ("gpu", "hardware")
