@@ -17,7 +17,8 @@ across artifacts:
   index, but only when the ranks on that host use distinct devices (one GPU per task under
   CUDA_VISIBLE_DEVICES shows every rank as device 0, which says nothing).
 
-A rank that two sources put on different hosts is left unplaced: a wrong place is worse than none.
+NCCL's init lines outrank the launcher evidence (a launcher log may be another job's); a rank that two
+sources of the same standing put on different hosts is left unplaced: a wrong place is worse than none.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class RankPlace:
 @dataclass
 class _Claims:
     hosts: set[str] = field(default_factory=set)
+    nccl_hosts: set[str] = field(default_factory=set)
     gpus: set[str] = field(default_factory=set)
     pids: set[tuple[str, int]] = field(default_factory=set)
     devices: set[tuple[str, int]] = field(default_factory=set)
@@ -79,7 +81,7 @@ def rank_places(con: duckdb.DuckDBPyConnection) -> dict[int, RankPlace]:
             if placed_by == "srun_label":
                 unhosted.append((rank, job))
             continue
-        claim.hosts.add(host)
+        (claim.hosts if placed_by else claim.nccl_hosts).add(host)
         if gpu:
             claim.gpus.add(normalize_pci(gpu) or gpu)
         if pid is not None:
@@ -90,9 +92,10 @@ def rank_places(con: duckdb.DuckDBPyConnection) -> dict[int, RankPlace]:
     _srun_blocks(con, claims, unhosted)
     places: dict[int, RankPlace] = {}
     for rank, claim in claims.items():
-        if len(claim.hosts) != 1:
+        hosts = claim.nccl_hosts or claim.hosts
+        if len(hosts) != 1:
             continue
-        host = next(iter(claim.hosts))
+        host = next(iter(hosts))
         place = RankPlace(host=host, sources=claim.sources, comm=claim.comms[0] if claim.comms else None)
         if len(claim.gpus) == 1:
             place.gpu = next(iter(claim.gpus))
@@ -119,7 +122,7 @@ def _srun_blocks(con: duckdb.DuckDBPyConnection, claims: dict[int, _Claims],
     per_node = tasks // len(nodes)
     for rank, _ in unhosted:
         claim = claims[rank]
-        if not claim.hosts:
+        if not claim.hosts and not claim.nccl_hosts:
             claim.hosts.add(nodes[rank // per_node])
             claim.devices.add((nodes[rank // per_node], rank % per_node))
             claim.sources.add("slurm_nodelist")

@@ -105,3 +105,12 @@ def test_nvidia_smi_process_table_names_the_gpu(tmp_path):
                              extra={"processes": [{"pid": 4242, "name": "python3"}]}))
     with _bundle(tmp_path, rows) as bundle:
         assert rank_places(bundle.con)[1].gpu == "0000:2a:00.0"
+
+
+def test_nccl_init_lines_outrank_a_launcher_log_of_another_job(tmp_path):
+    rows: list[Row] = [Topology(rank=r, host="n1", nranks=2, comm_id="0x3e1a", cuda_dev=r) for r in range(2)]
+    rows.append(_launcher(1, "torchelastic", "old-node", local_rank=1))
+    rows.append(_launcher(2, "torchelastic", "n2", local_rank=0))
+    with _bundle(tmp_path, rows) as bundle:
+        places = rank_places(bundle.con)
+    assert (places[1].host, places[2].host) == ("n1", "n2")
