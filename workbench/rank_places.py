@@ -11,7 +11,8 @@ across artifacts:
 - ranks of the world communicator: every NCCL row whose nranks is the largest (with or without commId),
   plus the launcher rows (their ranks are global ranks);
 - an ``srun -l`` task without a host: the Slurm job's node list (hostlist syntax, from sacct/scontrol)
-  cut into equal blocks of tasks, Slurm's default block distribution;
+  cut into equal blocks of tasks, Slurm's default block distribution (cyclic when the ranks placed by
+  other evidence say so; none when they fit neither);
 - the GPU: NCCL's busId, else the host's process table (nvidia-smi: pid -> GPU) or an Xid's ``pid=``
   joined with the rank's pid, else the rank's CUDA device (cudaDev, or the local rank) as the host's GPU
   index, but only when the ranks on that host use distinct devices (one GPU per task under
@@ -111,7 +112,8 @@ def rank_places(con: duckdb.DuckDBPyConnection) -> dict[int, RankPlace]:
 
 def _srun_blocks(con: duckdb.DuckDBPyConnection, claims: dict[int, _Claims],
                  unhosted: list[tuple[int, str | None]]) -> None:
-    """``srun -l`` tasks onto the job's nodes: n tasks over k nodes, block distribution."""
+    """``srun -l`` tasks onto the job's nodes: n tasks over k nodes, in Slurm's default block distribution,
+    or cyclic where the ranks placed otherwise say so (and nowhere when they fit neither)."""
     if not unhosted:
         return
     tasks = 1 + max(rank for rank, _ in unhosted)
@@ -120,11 +122,17 @@ def _srun_blocks(con: duckdb.DuckDBPyConnection, claims: dict[int, _Claims],
     if nodes is None or tasks % len(nodes):
         return
     per_node = tasks // len(nodes)
+    known = {rank: claim.nccl_hosts or claim.hosts for rank, claim in claims.items() if claim.nccl_hosts or claim.hosts}
+    layouts = ((lambda r: (nodes[r // per_node], r % per_node)), (lambda r: (nodes[r % len(nodes)], r // len(nodes))))
+    layout = next((lay for lay in layouts if all(lay(r)[0] in hosts for r, hosts in known.items() if r < tasks)), None)
+    if layout is None:
+        return
     for rank, _ in unhosted:
         claim = claims[rank]
         if not claim.hosts and not claim.nccl_hosts:
-            claim.hosts.add(nodes[rank // per_node])
-            claim.devices.add((nodes[rank // per_node], rank % per_node))
+            host, local = layout(rank)
+            claim.hosts.add(host)
+            claim.devices.add((host, local))
             claim.sources.add("slurm_nodelist")
 
 

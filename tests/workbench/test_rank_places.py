@@ -114,3 +114,16 @@ def test_nccl_init_lines_outrank_a_launcher_log_of_another_job(tmp_path):
     with _bundle(tmp_path, rows) as bundle:
         places = rank_places(bundle.con)
     assert (places[1].host, places[2].host) == ("n1", "n2")
+
+
+def test_srun_tasks_follow_the_distribution_the_placed_ranks_show(tmp_path):
+    """``srun -m cyclic``: task 1 is on the second node, and a WARN header of task 1 says so."""
+    rows: list[Row] = [Topology(rank=t, extra={"placed_by": "srun_label"}) for t in range(4)]
+    rows += [_job(["node07", "node08"]), _launcher(1, "nccl_header", "node08")]
+    with _bundle(tmp_path, rows) as bundle:
+        places = rank_places(bundle.con)
+    assert [places[r].host for r in range(4)] == ["node07", "node08", "node07", "node08"]
+    rows[-1] = _launcher(1, "nccl_header", "node09")
+    (tmp_path / "neither").mkdir()
+    with _bundle(tmp_path / "neither", rows) as bundle:
+        assert set(rank_places(bundle.con)) == {1}, "a layout the evidence contradicts places nobody"
