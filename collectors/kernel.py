@@ -21,7 +21,10 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any, BinaryIO
 
+from collectors._framing import Framed
 from collectors._kernel_lines import STAMPED, Classifier, Prefix, Record, Stamp, exact, resolve, split_prefix
+from collectors._signatures import catalog as signature_catalog
+from collectors._signatures import event_of
 from collectors.base import MAX_LINE_BYTES, Artifact, CaptureContext, Event, ParseContext, Row, Skipped
 
 NAME = "kernel"
@@ -30,6 +33,9 @@ KINDS = ("dmesg", "dmesg_ctime", "dmesg_iso", "journal", "syslog", "kmsg", "psto
 TIMEOUT = 20.0
 PRIORITY = 10
 """After host facts (boot times), before the collectors whose year-less lines take dates from ours."""
+SIGNATURES_INLINE = True
+"""The signature catalog (playbooks/signatures.yaml) runs on this parser's own candidate lines instead of a
+second pass over the file: a multi-GB quiet log is read once."""
 
 BLOCK_BYTES = 4 << 20
 FILE_TAIL_BYTES = 128 << 20
@@ -218,7 +224,7 @@ KEYWORDS = (b"NVRM", b"SXid", b"AER:", b"PCIe Bus Error", b"DPC: containment", b
             b"link is not ready", b"link becomes ready", b"link status definitely", b"Releasing backup",
             b"Releasing active", b"without any active interface", b"infiniband", b"rdma_rxe", b"mlx5_",
             b"NETDEV WATCHDOG", b"Port module event", b": server ", b"Lustre", b"LNet", b"segfault",
-            b"protection fault", b"nvidia", b"I/O error", b"Linux version")
+            b"protection fault", b"nvidia", b"I/O error", b"Linux version", b"fabricmanager", b"Driver/library")
 """Literals a line must hold to be looked at by the per-line parser; every handler of
 collectors/_kernel_lines.py is reachable through at least one of them."""
 
@@ -279,6 +285,7 @@ class _Parser:
         self.prefilter = _Prefilter()
         self.np = self.prefilter.np
         self.classifier = Classifier()
+        self.signatures = signature_catalog()
         self.last_stamp: Stamp | None = None
         self.referenced: set[str] = set()
         self.boot_cut = None
@@ -424,7 +431,8 @@ class _Parser:
     def _record(self, text: str, line: int, block: bytes, starts: Any, idx: int) -> Iterator[Row]:
         pre, message = split_prefix(text)
         if pre.ident is not None and pre.ident != "kernel":
-            return  # another program's line in a system log
+            yield from self._known(pre, message, line, set())  # another program's line in a system log
+            return
         stamp = resolve(pre, self.ctx, use_boot=self.kind != "pstore")
         if pre.style == "none":
             stamp = self._neighbour(block, starts, idx)
@@ -439,10 +447,29 @@ class _Parser:
         following = _following(block, starts, idx)
         rec = Record(message=message.strip(), stamp=stamp, host=host, line=line, level=pre.level,
                      following=following)
+        written: set[str] = set()
         for row in self.classifier.handle(rec):
             if isinstance(row, Event) and pre.level in ("emerg", "alert", "crit") and row.severity == "info":
                 row.severity = "warning"
+            if isinstance(row, Event) and row.line == line:
+                written.add(row.kind)
             yield row
+        yield from self._known(pre, rec.message, line, written, stamp)
+
+    def _known(self, pre: Prefix, message: str, line: int, written: set[str],
+               stamp: Stamp | None = None) -> Iterator[Row]:
+        """A known message of the signature catalog on this line, unless the classifier wrote its kind."""
+        found = self.signatures.match(message)
+        if found is None:
+            return
+        sig, attrs = found
+        if sig.kind in written or written.intersection(sig.parsed_as):
+            return
+        if stamp is None:
+            stamp = resolve(pre, self.ctx, use_boot=self.kind != "pstore")
+        framed = Framed(line=line, message=message, ts=stamp.ts, ts_approx=stamp.approx, ts_raw=stamp.raw,
+                        ts_origin=stamp.origin, host=pre.host)
+        yield event_of(sig, attrs, framed, message)
 
     def _neighbour(self, block: bytes, starts: Any, idx: int) -> Stamp:
         """A line without a time takes the nearest dated line's time, marked approximate."""

@@ -189,7 +189,7 @@ class Session:
                    parsed: dict[int, set[str]], host: str | None, source_name: str) -> None:
         """Known messages of playbooks/signatures.yaml on every line of a text artifact, after its format
         parser, whatever the wrapper: a line the parser already wrote the same kind for is not written again."""
-        if kind in STRUCTURED_KINDS:
+        if kind in STRUCTURED_KINDS or getattr(self._parser_of(kind), "SIGNATURES_INLINE", False):
             return
         try:
             with stream_factory() as stream:
@@ -200,6 +200,10 @@ class Session:
                     self.writer.add(event)
         except Exception as exc:  # a catalog bug must not lose the bundle: count it, keep the raw bytes
             self.writer.add(Skipped(None, f"signature error: {type(exc).__name__}: {exc}"[:200]))
+
+    @staticmethod
+    def _parser_of(kind: str) -> ModuleType | None:
+        return registry.collector_for_kind(kind)
 
     def finish(self) -> None:
         """Write the rows still buffered and commit; call once after the last artifact."""

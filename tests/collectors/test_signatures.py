@@ -179,3 +179,20 @@ def test_a_clean_kernel_log_is_not_respelled(tmp_path):
 
     head = "Mar  6 09:55:01 node07 kernel: [ 1936.510073] NVRM: Xid (PCI:0000:19:00): 79, pid=0\n" * 5
     assert registry.sniff_unwrapped("kern.log", head) is None
+
+
+def test_a_system_log_names_other_programs_known_messages_in_one_pass(tmp_path):
+    log = tmp_path / "node02" / "syslog"
+    log.parent.mkdir()
+    log.write_text("Mar  6 09:55:01 node02 kernel: [  10.000000] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  "
+                   "530.41.03  Thu Mar 16 19:48:20 UTC 2023\n"
+                   "Mar  6 09:55:03 node02 nv-fabricmanager[3228]: fabric manager NVIDIA GPU driver interface version "
+                   "530.30.02 don't match with driver version 530.41.03. Please update with matching NVIDIA driver "
+                   "package.\n"
+                   "Mar  6 09:55:04 node02 kernel: [  13.000000] Memory cgroup out of memory: Killed process 7 "
+                   "(python)\n")
+    events = ingest_timeline(tmp_path / "b.duckdb", log)
+    fm = [e for e in events if e["kind"] == "fabric_manager_error"]
+    assert len(fm) == 1 and fm[0]["host"] == "node02" and "T09:55:03" in fm[0]["ts"]
+    assert fm[0]["source"] == "kernel" and fm[0]["attrs"]["driver_interface_version"] == "530.30.02"
+    assert [e["kind"] for e in events].count("oom_kill") == 1
