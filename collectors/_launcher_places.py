@@ -79,6 +79,7 @@ class _Header:
     pid: int
     dev: int
     ranks: set[int] = field(default_factory=set)
+    local_ranks: set[int] = field(default_factory=set)
 
 
 class LauncherPlaces:
@@ -104,8 +105,9 @@ class LauncherPlaces:
         if task is not None and len(self.tasks) < MAX_RANKS:
             self.tasks.add(task)
 
-    def header(self, rank: int | None, host: str, pid: int, dev: int) -> None:
-        """An NCCL ``host:pid:tid [dev]`` header, with the rank its line's prefix names."""
+    def header(self, rank: int | None, host: str, pid: int, dev: int, local_rank: int | None = None) -> None:
+        """An NCCL ``host:pid:tid [dev]`` header, with the rank (or torchrun's ``[default3]:`` local rank) its
+        line's prefix names."""
         key = (host, pid, dev)
         entry = self.headers.get(key)
         if entry is None:
@@ -114,6 +116,8 @@ class LauncherPlaces:
             entry = self.headers[key] = _Header(host, pid, dev)
         if rank is not None:
             entry.ranks.add(rank)
+        if local_rank is not None:
+            entry.local_ranks.add(local_rank)
 
     def env_line(self, rank: int | None, text: str) -> bool:
         """One ``KEY=value`` line of an environment dump (under its prefix rank); False if it is not one."""
@@ -152,6 +156,8 @@ class LauncherPlaces:
             if (entry.host, entry.pid) in nccl_placed:
                 continue
             rank = next(iter(entry.ranks)) if len(entry.ranks) == 1 else (sole if not entry.ranks else None)
+            if rank is None and not entry.ranks and len(entry.local_ranks) == 1 and entry.host == self.host:
+                rank = self._global(next(iter(entry.local_ranks)))
             if rank is None:
                 continue
             hosted.add(rank)
@@ -179,15 +185,19 @@ class LauncherPlaces:
             yield Topology(rank=rank, host=self.host, nranks=max(sizes) if sizes else None, job=self.job,
                            extra=extra)
 
+    def _global(self, local: int) -> int | None:
+        """The global rank of this host's local rank, as the agent's rendezvous tables in this file say."""
+        ranks = {dict(zip(_ints(t.get("local_ranks", "")), _ints(t.get("global_ranks", "")))).get(local)
+                 for t in self.tables} - {None}
+        return ranks.pop() if len(ranks) == 1 else None
+
     def _local_failure_rows(self) -> Iterator[Topology]:
         """``failed (exitcode: 1) local_rank: 1 (pid: 20931)``: the agent's own table says which global
         rank its local rank 1 was."""
         for host, local, pid in self.local_failures:
-            ranks = {dict(zip(_ints(t.get("local_ranks", "")), _ints(t.get("global_ranks", "")))).get(local)
-                     for t in self.tables} - {None}
-            if host == self.host and len(ranks) == 1:
-                yield Topology(rank=ranks.pop(), host=host, pid=pid, job=self.job,
-                               extra=_extra("failure_table", local))
+            rank = self._global(local) if host == self.host else None
+            if rank is not None:
+                yield Topology(rank=rank, host=host, pid=pid, job=self.job, extra=_extra("failure_table", local))
 
     def _env_row(self, prefix_rank: int | None, dump: dict[str, str]) -> Topology | None:
         rank_text = dump.get("SLURM_PROCID") or dump.get("RANK")

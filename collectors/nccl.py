@@ -677,7 +677,7 @@ class _Reader:
             self.hosts.add(host)
         pid, tid, dev, level = int(m.group("pid")), int(m.group("tid")), int(m.group("dev")), m.group("lvl")
         proc = self._proc(host, pid)
-        self.places.header(pre.rank, host, pid, dev)
+        self.places.header(pre.rank, host, pid, dev, pre.local_rank)
         key = (host, pid, tid)
         if level == "INFO":
             if c := _CHAIN.match(msg):

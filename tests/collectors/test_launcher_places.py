@@ -152,3 +152,11 @@ def test_flight_recorder_dump_places_its_rank_on_the_host_it_came_from(tmp_path)
     with Bundle.open(tmp_path / "b.duckdb") as bundle:
         rows = bundle.con.execute("SELECT rank, host, extra->>'placed_by' FROM topology").fetchall()
     assert rows == [(1, "node07", "flight_recorder")]
+
+
+def test_torchrun_local_rank_prefix_with_the_agents_table_gives_the_global_rank() -> None:
+    """torchrun --tee on one host: the workers' lines under ``[default0]:``, the agent's table in the same file."""
+    table = RENDEZVOUS.replace("group_rank=0", "group_rank=1").replace("global_ranks=[0]", "global_ranks=[1]")
+    rows = _placed(_topology(table + f"[default0]:{WARN}\n", host="hostname-test"), "nccl_header")
+    assert set(rows) == {1} and (rows[1].pid, rows[1].cuda_dev) == (984, 4)
+    assert _placed(_topology(f"[default0]:{WARN}\n", host="hostname-test"), "nccl_header") == {}
