@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 from collectors import nccl
 from collectors.base import ParseContext, Topology
-from tests.conftest import run_cli
+from tests.conftest import CORPUS, run_cli
 from workbench.bundle import Bundle
 
 
@@ -160,3 +160,11 @@ def test_torchrun_local_rank_prefix_with_the_agents_table_gives_the_global_rank(
     rows = _placed(_topology(table + f"[default0]:{WARN}\n", host="hostname-test"), "nccl_header")
     assert set(rows) == {1} and (rows[1].pid, rows[1].cuda_dev) == (984, 4)
     assert _placed(_topology(f"[default0]:{WARN}\n", host="hostname-test"), "nccl_header") == {}
+
+
+def test_torchrun_root_cause_table_places_the_failed_rank() -> None:
+    """tests/corpus/nccl/torchrun_sigabrt_misaligned_address_rank6.log: ``host : zkrh-58``, ``rank : 6
+    (local_rank: 6)``, ``pid : 1246013`` in the ChildFailedError table."""
+    text = (CORPUS / "nccl" / "torchrun_sigabrt_misaligned_address_rank6.log").read_text()
+    rows = _placed(_topology(text), "failure_table")
+    assert (rows[6].host, rows[6].pid, rows[6].extra["local_rank"]) == ("zkrh-58", 1246013, 6)
