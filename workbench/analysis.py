@@ -80,11 +80,12 @@ def analyze(bundle: Bundle, workload: str | None = None) -> dict[str, Any]:
     listed = [c for c in ranked if c.score >= MIN_LISTED][:MAX_HYPOTHESES]
     hypotheses = [_hypothesis(n, c, causes, groups, engine) for n, c in enumerate(listed, start=1)]
     top = ranked[0] if ranked and ranked[0].score >= LOW_SCORE else None
+    window = _window(con, top, groups, playbook.params["horizon_s"])
     return {
         "workload": playbook.workload if workload else detected,
         "impact": _impact(groups),
-        "window": _window(con, top, groups, playbook.params["horizon_s"]),
-        "first_anomaly": _first_anomaly(top, results, groups),
+        "window": {"start": iso(window[0]), "end": iso(window[1])},
+        "first_anomaly": _first_anomaly(top, results, groups, window),
         "hypotheses": hypotheses,
         "layers": _layers(playbook, results, ranked),
         "playbook": {"workload": playbook.workload, "title": playbook.title},
@@ -136,7 +137,7 @@ def _mark_origins(con: duckdb.DuckDBPyConnection, results: list[CheckResult]) ->
 
 
 def _window(con: duckdb.DuckDBPyConnection, top: Candidate | None, groups: list,
-            horizon_s: float) -> dict[str, str | None]:
+            horizon_s: float) -> tuple[datetime | None, datetime | None]:
     """The stretch of time the incident covers: the winning chain's evidence and the symptoms it
     explains (without a winner, every symptom), widened by the playbook's horizon and kept within the
     evidence; all of the evidence when nothing is anomalous. Boot lines days before the failure do
@@ -148,7 +149,7 @@ def _window(con: duckdb.DuckDBPyConnection, top: Candidate | None, groups: list,
         lo, hi = max(start, min(moments) - margin), min(end, max(moments) + margin)
         if lo <= hi:
             start, end = lo, hi
-    return {"start": iso(start), "end": iso(end)}
+    return start, end
 
 
 def _incident_moments(top: Candidate | None, groups: list) -> list[datetime]:
@@ -201,11 +202,12 @@ def _hypothesis(n: int, c: Candidate, causes: dict[str, dict[str, Any]], groups:
     }
 
 
-def _first_anomaly(top: Candidate | None, results: list[CheckResult], groups: list) -> dict[str, Any] | None:
+def _first_anomaly(top: Candidate | None, results: list[CheckResult], groups: list,
+                   window: tuple[datetime | None, datetime | None]) -> dict[str, Any] | None:
     """The earliest abnormal sign of the winning chain (its evidence, absorbed parts and consequences,
-    transitively); without a winner, the earliest suspect row or symptom; None when nothing is
-    anomalous. When nothing in the chain has a time (a pasted excerpt), its first line in the file is
-    the first sign."""
+    transitively); without a winner, the earliest suspect row or symptom within the window; None when
+    nothing is anomalous. When nothing in the chain has a time (a pasted excerpt), its first line in
+    the file is the first sign."""
     if top is not None:
         chain = [r for c in [top, *_consequences(top)] for r in c.rows if r["strength"] >= SIGNIFICANT]
         rows = [r for r in chain if r["at"] is not None]
@@ -217,6 +219,8 @@ def _first_anomaly(top: Candidate | None, results: list[CheckResult], groups: li
         rows = [r for res in results if res.check.role == "cause" for r in res.rows
                 if r["strength"] >= res.check.suspect and r["at"] is not None]
         rows += [g.rows[0] for g in groups if g.rows[0]["at"] is not None]
+        start, end = window
+        rows = [r for r in rows if (start is None or r["at"] >= start) and (end is None or r["at"] <= end)]
     if not rows:
         return None
     first = min(rows, key=lambda r: (r["at"] is None, r["at"] or datetime.min, r.get("artifact") or "",

@@ -208,3 +208,14 @@ def test_one_line_each_ranks_its_cause(tmp_path: Path) -> None:
         folder.mkdir()
         hyp = top(diagnose(folder, [row]))
         assert (hyp["cause"], hyp["score"] >= LOW_SCORE) == (cause, True), row.message
+
+
+def test_without_a_winner_the_first_anomaly_is_near_the_symptoms_not_days_before(tmp_path: Path) -> None:
+    rows = [Event(kind="node_state", layer="scheduling", ts=T0 - timedelta(days=2), line=1, host="node03",
+                  attrs={"node": "node03", "state": "DRAIN", "reason": "maintenance"},
+                  message="node node03 DRAIN (drain)"),
+            Event(kind="job_failed", layer="scheduling", ts=T0, line=40, host="node07",
+                  message="job 4242 FAILED")]
+    result = diagnose(tmp_path, rows)
+    assert all(h["score"] < LOW_SCORE for h in result["hypotheses"])
+    assert result["first_anomaly"]["ts"].startswith("2025-05-19T19:57")
