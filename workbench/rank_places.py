@@ -67,7 +67,8 @@ def rank_places(con: duckdb.DuckDBPyConnection) -> dict[int, RankPlace]:
     rows = con.execute(
         "SELECT rank, host, gpu, cuda_dev, pid, comm_id, coalesce(nranks, 0), extra->>'placed_by', "
         "coalesce(extra->>'gpu_index', extra->>'local_rank'), job, (extra->>'gpu_index') IS NOT NULL FROM topology "
-        "WHERE rank IS NOT NULL").fetchall()
+        "WHERE rank IS NOT NULL AND ((extra->>'placed_by') IS NOT NULL OR coalesce(nranks, 0) = (SELECT "
+        "coalesce(max(nranks), 0) FROM topology WHERE rank IS NOT NULL AND (extra->>'placed_by') IS NULL))").fetchall()
     nccl_world = max((r[6] for r in rows if r[7] is None), default=0)
     claims: dict[int, _Claims] = defaultdict(_Claims)
     unhosted: list[tuple[int, str | None]] = []
