@@ -76,3 +76,36 @@ def test_one_reporter_or_a_shared_address_names_no_one(tmp_path):
     _job(tmp_path / "docker", {0: ["172.17.0.1"], 2: ["172.17.0.1"], 4: ["172.17.0.1"]}, ips=shared)
     events = ingest_timeline(tmp_path / "docker.duckdb", tmp_path / "docker")
     assert len(_of(events, "nccl_net_error")) == 3 and _of(events, "fabric_peer_errors") == []
+
+
+def _warn_only_job(folder: Path, reports: dict[int, list[str]]) -> None:
+    """The same job with NCCL_DEBUG=WARN: no init line names an address, only the WARN lines remain."""
+    _job(folder, reports)
+    for path in folder.glob("rank*.log"):
+        path.write_text("".join(line for line in path.read_text().splitlines(keepends=True) if "NCCL INFO" not in line))
+
+
+def test_without_init_lines_the_peers_own_ip_addr_names_it(tmp_path):
+    _warn_only_job(tmp_path / "ev" / "logs", {0: ["10.10.3.14"], 2: ["10.10.3.14"], 4: ["10.10.3.14"]})
+    (tmp_path / "ev" / "node04").mkdir()
+    (tmp_path / "ev" / "node04" / "ip-addr.txt").write_text(
+        "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever\n"
+        "4: ibp12s0    inet 10.10.3.14/24 brd 10.10.3.255 scope global ibp12s0\\       valid_lft forever "
+        "preferred_lft forever\n")
+    events = ingest_timeline(tmp_path / "b.duckdb", tmp_path / "ev")
+    (peer,) = _of(events, "fabric_peer_errors")
+    assert peer["host"] == "node04" and sorted(peer["attrs"]["reporters"]) == ["node01", "node02", "node03"]
+
+
+def test_without_init_lines_a_hosts_file_names_the_peer(tmp_path):
+    _warn_only_job(tmp_path / "ev" / "logs", {0: ["10.10.3.14"], 2: ["10.10.3.14"]})
+    (tmp_path / "ev" / "node01").mkdir()
+    (tmp_path / "ev" / "node01" / "hosts").write_text(
+        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n10.10.3.14\tnode04-ib.cluster node04-ib\n")
+    (peer,) = _of(ingest_timeline(tmp_path / "b.duckdb", tmp_path / "ev"), "fabric_peer_errors")
+    assert peer["host"] == "node04-ib", "a host no other evidence names keeps the hosts file's name"
+
+
+def test_without_init_lines_or_addresses_no_peer_is_named(tmp_path):
+    _warn_only_job(tmp_path / "logs", {0: ["10.10.3.14"], 2: ["10.10.3.14"], 4: ["10.10.3.14"]})
+    assert _of(ingest_timeline(tmp_path / "b.duckdb", tmp_path / "logs"), "fabric_peer_errors") == []
