@@ -33,7 +33,8 @@ MAX_LINE = 64 << 10
 """Only the first 64 KiB of a line are matched: a known message is never longer."""
 NEIGHBOUR_LINES = 32
 FIELDS = {"id", "kind", "layer", "severity", "severity_when", "cause", "anchors", "regex", "also", "attrs", "types",
-          "parsed_as", "samples", "meaning"}
+          "lists", "continues", "parsed_as", "samples", "meaning"}
+MAX_CONTINUATION = 64
 TYPES = ("int", "float", "size", "hex")
 
 STRUCTURED_KINDS = frozenset({
@@ -74,6 +75,10 @@ class Signature:
     """named groups that are numbers: int, float, hex, or size (``3.00 GiB``, adds ``<name>_mib``)"""
     parsed_as: tuple[str, ...]
     """kinds a format parser may already have written for the same line (then this one is not written)"""
+    lists: dict[str, re.Pattern[str]]
+    """attr -> regex with one group: the attr is every match of the group in the line (and its continuation)"""
+    continues: re.Pattern[str] | None
+    """lines after the matched one that belong to it (NCCL prints its interface list one per line)"""
     samples: tuple[Sample, ...]
     meaning: str = ""
 
@@ -87,6 +92,9 @@ class Signature:
             if found := extra.search(body):
                 self._typed(found, attrs)
         self._typed(m, attrs)
+        for name, item in self.lists.items():
+            if found := item.findall(body):
+                attrs[name] = found
         attrs["signature"] = self.id
         if self.cause:
             attrs["causes"] = [self.cause]
@@ -163,6 +171,13 @@ def _signature(entry: Any, where: str) -> Signature:
     bad = {k: v for k, v in types.items() if v not in TYPES or k not in groups}
     if bad:
         raise SignatureError(f"{where}: types {bad} name no group of the regex or no type of {', '.join(TYPES)}")
+    try:
+        lists = {str(k): re.compile(v) for k, v in (entry.get("lists") or {}).items()}
+        continues = re.compile(entry["continues"]) if entry.get("continues") else None
+    except (re.error, TypeError) as exc:
+        raise SignatureError(f"{where}: lists/continues regex does not compile: {exc}") from None
+    if any(r.groups != 1 for r in lists.values()):
+        raise SignatureError(f"{where}: each 'lists' regex needs exactly one group")
     samples = entry.get("samples")
     if not isinstance(samples, list) or len(samples) < MIN_SAMPLES:
         raise SignatureError(f"{where}: at least {MIN_SAMPLES} real sample lines with their source are required")
@@ -175,7 +190,7 @@ def _signature(entry: Any, where: str) -> Signature:
     return Signature(id=entry["id"], kind=entry["kind"], layer=entry["layer"], severity=entry["severity"],
                      cause=entry.get("cause"), anchors=tuple(anchors), regex=regex, also=also,
                      severity_when={k: {str(a): str(b) for a, b in v.items()} for k, v in severity_when.items()},
-                     attrs=dict(entry.get("attrs") or {}),
+                     attrs=dict(entry.get("attrs") or {}), lists=lists, continues=continues,
                      types=dict(types), parsed_as=tuple(entry.get("parsed_as") or ()), samples=tuple(parsed),
                      meaning=str(entry.get("meaning") or ""))
 
@@ -266,10 +281,30 @@ class Matcher:
                 done = parsed.get(line_no, ())
                 if sig.kind in done or any(k in done for k in sig.parsed_as):
                     break
+                if sig.continues is not None:
+                    piece = _continued(sig, piece, block, end)
+                    attrs = sig.match(piece) or attrs
                 if framed.ts is None:
                     _date_from_neighbours(framed, block, start, end, reference, boot)
                 yield event_of(sig, attrs, framed, piece)
                 break
+
+
+def _continued(sig: Signature, body: str, block: bytes, end: int) -> str:
+    """The matched line and the lines after it that continue it (within this block)."""
+    parts = [body]
+    pos = end + 1
+    for _ in range(MAX_CONTINUATION):
+        if pos >= len(block):
+            break
+        nxt = block.find(b"\n", pos)
+        nxt = len(block) if nxt < 0 else nxt
+        line = peel(block[pos:nxt].decode("utf-8", "replace").rstrip("\r")).message.strip()
+        if not sig.continues.fullmatch(line):
+            break
+        parts.append(line)
+        pos = nxt + 1
+    return " ".join(parts)
 
 
 def _date_from_neighbours(framed: Framed, block: bytes, start: int, end: int, reference: datetime | None,

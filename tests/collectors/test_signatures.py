@@ -196,3 +196,11 @@ def test_a_system_log_names_other_programs_known_messages_in_one_pass(tmp_path):
     assert len(fm) == 1 and fm[0]["host"] == "node02" and "T09:55:03" in fm[0]["ts"]
     assert fm[0]["source"] == "kernel" and fm[0]["attrs"]["driver_interface_version"] == "530.30.02"
     assert [e["kind"] for e in events].count("oom_kill") == 1
+
+
+def test_a_list_printed_one_item_a_line_is_read_with_its_header():
+    data = (b"```\nINFO NET/Socket : Using\n[0]bond0:192.168.1.161<0>\n[1]br-05ab815fa14e:172.19.0.1<0>\n"
+            b"[2]veth9026f58:fe80::1c91:92ff:fe6f:efe4%veth9026f58<0> \n```\nIs that intended?\n")
+    (event,) = catalog().scan(io.BytesIO(data))
+    assert event.kind == "nccl_net_interfaces" and event.line == 2
+    assert event.attrs["interfaces"] == ["bond0", "br-05ab815fa14e", "veth9026f58"]
