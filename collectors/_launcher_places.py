@@ -5,7 +5,8 @@ still leave that map behind, and the NCCL log reader (collectors/nccl.py) hands 
 
 - a launcher prefix on the line (``[rank3]:`` torchrun --tee, ``3: `` srun -l, ``[1,3]<stderr>:`` mpirun)
   and an NCCL WARN header on it or in the same one-rank file (``node07:48211:48388 [1] NCCL WARN …``):
-  rank, host, pid and CUDA device (``placed_by`` ``nccl_header``);
+  rank, host, pid and CUDA device (``placed_by`` ``nccl_header``); under torchrun's ``[default3]:`` the
+  prefix is a local rank, turned global by the agent's rendezvous table in the same file;
 - ``srun -l`` task numbers with no host anywhere: rows without a host (``srun_label``), which
   workbench/rank_places.py lays over the Slurm job's node list;
 - torch elastic's rendezvous table (``[default] Rendezvous complete for workers. Result:`` then
@@ -17,7 +18,7 @@ still leave that map behind, and the NCCL log reader (collectors/nccl.py) hands 
   (``failure_table``);
 - a flight-recorder dump taken from a host: PyTorch writes one per rank, named by the rank
   (TORCH_NCCL_DEBUG_INFO_TEMP_FILE, default ``/tmp/nccl_trace_rank_<rank>``,
-  https://docs.pytorch.org/tutorials/unstable/flight_recorder_tutorial.html) (``flight_recorder``). The
+  https://docs.pytorch.org/tutorials/prototype/flight_recorder_tutorial.html) (``flight_recorder``). The
   dump itself is a pickle and is never loaded: the name and the host it came from are the evidence.
 
 Each becomes a ``topology`` row at the end of the file, marked ``extra.placed_by``; a CUDA device the
