@@ -720,10 +720,8 @@ def xid_catalog_attrs(xid: int | None) -> dict[str, Any]:
     (collectors/_xid_catalog.py), so an Xid seen by NVML or DCGM reads like one from the kernel log."""
     if xid is None:
         return {}
-    try:
-        from collectors._xid_catalog import lookup
-    except ImportError:
-        return {}
+    from collectors._xid_catalog import lookup
+
     try:
         info = lookup(xid)
     except Exception:  # a broken catalog must not cost the event itself

@@ -98,10 +98,8 @@ def _run_analysis(bundle: Bundle) -> tuple[dict[str, Any], str | None]:
 
 
 def _load_causes() -> dict[str, Any]:
-    try:
-        from workbench.causes import load_causes
-    except ImportError:
-        return {}
+    from workbench.causes import load_causes
+
     return dict(load_causes())
 
 
@@ -400,10 +398,8 @@ def _inference_impact(bundle: Bundle, start: datetime | None, end: datetime | No
 def _latency_curve(bundle: Bundle) -> dict[str, Any] | None:
     """The p99 latency curve a responder looks at first (end-to-end, else TTFT), in ms, worst server
     per point, with the SLO: the bundle's ``slo_p99_ms`` if set, else twice the early baseline."""
-    try:
-        from workbench.series import signals
-    except ImportError:
-        return None
+    from workbench.series import signals
+
     curves = [s for s in signals(bundle.con, ["e2e_latency", "ttft"]) if s.stat == "p99" and s.points]
     if not curves:
         return None
@@ -426,10 +422,8 @@ def _latency_curve(bundle: Bundle) -> dict[str, Any] | None:
 
 def _error_count(bundle: Bundle, start: datetime | None, end: datetime | None) -> int | None:
     """Failed requests in the window: increases of failure counters, counter resets handled."""
-    try:
-        from workbench.series import counter_deltas, load_rows
-    except ImportError:
-        return None
+    from workbench.series import counter_deltas, load_rows
+
     groups: dict[tuple[str | None, str], list[tuple[datetime, float]]] = {}
     for ts, host, name, labels, value in load_rows(bundle.con, ["request_failure"]):
         groups.setdefault((host, name + json.dumps(labels, sort_keys=True)), []).append((ts, value))
