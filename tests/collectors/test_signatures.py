@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from collectors import vocabulary
 from collectors._framing import peel
@@ -204,3 +206,17 @@ def test_a_list_printed_one_item_a_line_is_read_with_its_header():
     (event,) = catalog().scan(io.BytesIO(data))
     assert event.kind == "nccl_net_interfaces" and event.line == 2
     assert event.attrs["interfaces"] == ["bond0", "br-05ab815fa14e", "veth9026f58"]
+
+
+ANCHOR_TEXT = sorted({anchor for sig in SIGNATURES for anchor in sig.anchors} | {s.line for _, s in SAMPLES[:20]})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(ANCHOR_TEXT), st.text(max_size=40), st.binary(max_size=40).map(
+    lambda b: b.decode("latin-1"))), max_size=30))
+def test_fuzz_scan_never_raises_and_points_at_real_lines(parts):
+    data = "\n".join(parts).encode("utf-8", "surrogateescape")
+    lines = data.count(b"\n") + 1
+    for event in catalog().scan(io.BytesIO(data)):
+        assert 1 <= event.line <= lines
+        assert event.kind in vocabulary.event_kinds()
