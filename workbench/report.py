@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, is_dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -104,16 +103,8 @@ def _load_causes() -> dict[str, Any]:
 
 
 def _cause(causes: dict[str, Any], cid: str | None) -> dict[str, Any]:
-    """A catalog entry as a dict, whether the catalog hands out dicts or typed objects."""
-    entry = causes.get(cid or "") if cid else None
-    if entry is None:
-        return {}
-    if is_dataclass(entry):
-        return asdict(entry)
-    if isinstance(entry, dict):
-        return entry
-    return {k: getattr(entry, k) for k in ("title", "layer", "description", "symptoms", "remediation",
-                                           "action_items") if hasattr(entry, k)}
+    """The catalog entry of a cause id; empty when there is none or the id is unknown."""
+    return causes.get(cid, {}) if cid else {}
 
 
 def _cause_title(causes: dict[str, Any], cid: str | None) -> str:
