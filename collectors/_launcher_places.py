@@ -13,7 +13,9 @@ still leave that map behind, and the NCCL log reader (collectors/nccl.py) hands 
   ``group_rank=1``, ``local_ranks=[0, 1]``, ``global_ranks=[2, 3]``, …) in an agent log of a known host
   (``torchelastic``);
 - an environment dump (``SLURM_PROCID=3``, ``SLURM_LOCALID=1``, ``RANK``, ``LOCAL_RANK``, ``SLURMD_NODENAME``,
-  ``CUDA_VISIBLE_DEVICES``, ``export``/``declare -x`` forms, one dump per prefix rank) (``environment``);
+  ``CUDA_VISIBLE_DEVICES``, ``export``/``declare -x`` forms and a printed ``os.environ``'s ``'SLURM_PROCID':
+  '0',``, one dump per prefix rank) (``environment``);
+- fairseq's and metaseq's ``initialized host fairwus3-1-htc-337 as rank 0`` (``trainer_log``);
 - torchrun's failure table (``rank: 1 (local_rank: 1)``, ``host: node07``, ``pid: 48211``)
   (``failure_table``);
 - a flight-recorder dump taken from a host: PyTorch writes one per rank, named by the rank
@@ -37,12 +39,17 @@ from collectors.base import Topology
 
 MAX_RANKS = 65536
 _JOB_IN_NAME = re.compile(r"(?:slurm|job)[-_.]?(?P<job>\d{2,})")
-_ENV = re.compile(r"^\s*(?:export\s+|declare -x\s+)?(?P<key>SLURM_PROCID|SLURM_LOCALID|SLURMD_NODENAME|SLURM_JOB_ID|"
-                  r"SLURM_JOBID|RANK|LOCAL_RANK|GROUP_RANK|WORLD_SIZE|CUDA_VISIBLE_DEVICES|HOSTNAME)="
-                  r"[\"']?(?P<value>[^\"'\s]*)[\"']?\s*$")
-ENV_NEEDLES = ("RANK=", "SLURM_PROCID=", "SLURM_LOCALID=", "NODENAME=", "CUDA_VISIBLE_DEVICES=", "HOSTNAME=", "JOB_ID=",
-               "SLURM_JOBID=", "WORLD_SIZE=")
-"""What an environment dump line holds (the reader's prefilter needles)."""
+_ENV = re.compile(r"^\s*(?:export\s+|declare -x\s+)?['\"]?(?P<key>SLURM_PROCID|SLURM_LOCALID|SLURMD_NODENAME|"
+                  r"SLURM_JOB_ID|SLURM_JOBID|RANK|LOCAL_RANK|GROUP_RANK|WORLD_SIZE|CUDA_VISIBLE_DEVICES|HOSTNAME)"
+                  r"['\"]?(?:=|:\s*)"
+                  r"[\"']?(?P<value>[^\"'\s]*?)[\"']?,?\s*$")
+"""``KEY=value`` (printenv, ``export``, ``declare -x``) or ``'KEY': 'value',`` (a printed ``os.environ``)."""
+ENV_NEEDLES = ("RANK=", "RANK'", 'RANK"', "SLURM_PROCID", "SLURM_LOCALID", "NODENAME", "CUDA_VISIBLE_DEVICES",
+               "HOSTNAME", "JOB_ID", "SLURM_JOBID", "WORLD_SIZE", "initialized host")
+"""What an environment dump line (and fairseq's placement line) holds: the reader's prefilter needles."""
+_INITIALIZED_HOST = re.compile(r"initialized host (?P<host>[\w.\-]+) as rank (?P<rank>\d+)")
+"""fairseq / metaseq: ``metaseq.distributed.utils | initialized host fairwus3-1-htc-337 as rank 0``
+(https://github.com/facebookresearch/metaseq/pull/291)."""
 RENDEZVOUS = "Rendezvous complete for workers"
 TRACE_NAME = re.compile(r"(?:^|/)nccl_trace_rank_(?P<rank>\d{1,6})(?:\.\w{1,8})?$")
 _TABLE_ROW = re.compile(r"^\s*(?P<key>[a-z_]+)=(?P<value>.*?)\s*$")
@@ -121,7 +128,13 @@ class LauncherPlaces:
             entry.local_ranks.add(local_rank)
 
     def env_line(self, rank: int | None, text: str) -> bool:
-        """One ``KEY=value`` line of an environment dump (under its prefix rank); False if it is not one."""
+        """One line of an environment dump (under its prefix rank), or a trainer's ``initialized host H as
+        rank N``; False if it is neither."""
+        if "initialized host" in text and (found := _INITIALIZED_HOST.search(text)):
+            if len(self.failures) < MAX_RANKS:
+                self.failures.append(Topology(rank=int(found.group("rank")), host=found.group("host"), job=self.job,
+                                              extra={"placed_by": "trainer_log"}))
+            return True
         m = _ENV.match(text)
         if m is None:
             return False

@@ -613,7 +613,8 @@ class _Reader:
                 finding.attrs.setdefault("file", m.group("src").rsplit("/", 1)[-1])
             yield from self._emit(finding, lineno, text, pre)
             return
-        if "=" in rest and self.places.env_line(pre.rank, rest):
+        if ("=" in rest or "':" in rest or '":' in rest or "initialized host" in rest) and self.places.env_line(
+                pre.rank, rest):
             return
         finding, cont = (None, Rendezvous(self.places)) if RENDEZVOUS in rest else torch_dist.classify(rest, lineno)
         if cont is not None:

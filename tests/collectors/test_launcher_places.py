@@ -168,3 +168,19 @@ def test_torchrun_root_cause_table_places_the_failed_rank() -> None:
     text = (CORPUS / "nccl" / "torchrun_sigabrt_misaligned_address_rank6.log").read_text()
     rows = _placed(_topology(text), "failure_table")
     assert (rows[6].host, rows[6].pid, rows[6].extra["local_rank"]) == ("zkrh-58", 1246013, 6)
+
+
+def test_printed_os_environ_is_an_environment_dump() -> None:
+    """A job printing ``os.environ`` (https://github.com/Lightning-AI/pytorch-lightning/issues/16236)."""
+    text = (" 'SLURM_JOB_ID': '7099018',\n 'SLURM_LOCALID': '0',\n 'SLURM_NODEID': '0',\n"
+            " 'SLURM_NODELIST': 'eu-g4-015',\n 'SLURM_PROCID': '0',\n 'SLURM_STEP_GPUS': '2,3',\n")
+    rows = _placed(_topology(text, host="eu-g4-015"), "environment")
+    assert (rows[0].host, rows[0].job, rows[0].extra["local_rank"]) == ("eu-g4-015", "7099018", 0)
+
+
+def test_fairseq_initialized_host_lines() -> None:
+    """https://github.com/facebookresearch/metaseq/pull/291"""
+    text = ("2022-08-05 08:44:41 | INFO | metaseq.distributed.utils | initialized host fairwus3-1-htc-337 as rank 0\n"
+            "2022-08-05 08:44:41 | INFO | metaseq.distributed.utils | initialized host fairwus3-1-htc-339 as rank 16\n")
+    rows = _placed(_topology(text), "trainer_log")
+    assert {r: row.host for r, row in rows.items()} == {0: "fairwus3-1-htc-337", 16: "fairwus3-1-htc-339"}
