@@ -14,7 +14,7 @@ from pathlib import Path
 from collectors import registry
 from workbench.capture import CollectorOutcome, capture
 from workbench.commands._args import positive_float
-from workbench.commands.summary import print_summary
+from workbench.commands._summary import print_summary
 from workbench.errors import UsageError
 from workbench.table import format_table
 from workbench.timespec import parse_since

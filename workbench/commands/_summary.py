@@ -1,4 +1,4 @@
-"""Shared printing of a bundle's summary (not a command of its own)."""
+"""Shared printing of a bundle's summary (a helper of the commands, not a command)."""
 
 from __future__ import annotations
 
