@@ -126,6 +126,7 @@ _RAW = re.compile(r"\[\s*(?P<mono>\d{1,10}\.\d{1,9})\] ?")
 _DELTA = re.compile(r"\[\s*\+(?P<delta>\d{1,10}\.\d{1,9})\] ?")
 _CTIME = re.compile(r"\[(?:[A-Z][a-z]{2}\s+)?(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2})\s+(?P<clock>\d\d:\d\d:\d\d)"
                     r"\s+(?P<year>\d{4})\] ?")
+_FABRIC_MANAGER = re.compile(r"\[(?P<mon>[A-Z][a-z]{2}) (?P<day>\d\d) (?P<year>\d{4}) (?P<clock>\d\d:\d\d:\d\d)\] ?")
 _HUMAN = re.compile(r"\[(?P<mon>[A-Z][a-z]{2}) ?(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d(?::\d\d)?)\] ?")
 _SYSLOG = re.compile(r"(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d{1,9}))?"
                      r"(?: (?P<year>\d{4}))? ")
@@ -270,6 +271,13 @@ def _bracket_led(text: str, pos: int, out: Framed, wrappers: list[str], referenc
             return None
         _set(out, when, m.group(0).strip(" []"), "dmesg_ctime", True)
         wrappers.append("dmesg_ctime")
+        return m.end(), True
+    if (m := _FABRIC_MANAGER.match(text, pos)) and m.group("mon").lower() in MONTHS:
+        when = _civil(int(m.group("year")), m.group("mon"), m.group("day"), m.group("clock"))
+        if when is None:
+            return None
+        _set(out, when, m.group(0).strip(" []"), "iso", False)
+        wrappers.append("fabric_manager")
         return m.end(), True
     if (m := _HUMAN.match(text, pos)) and m.group("mon").lower() in MONTHS:
         month = MONTHS[m.group("mon").lower()]
@@ -544,7 +552,8 @@ FOREIGN = frozenset({"quote", "fence", "indent", "cri", "docker_json", "host_lab
                      "escaped_newlines"})
 """Wrappers no format parser reads; the others (syslog, dmesg stamps, ISO, launcher ranks, glog, ...) the
 parsers read themselves."""
-_TIMED = frozenset({"syslog", "iso", "rfc5424", "dmesg", "dmesg_ctime", "glog", "vllm", "python_logging"})
+_TIMED = frozenset({"syslog", "iso", "rfc5424", "dmesg", "dmesg_ctime", "glog", "vllm", "python_logging",
+                    "fabric_manager"})
 
 
 def unframed_lines(lines: Iterable[str], *, reference: datetime | None = None) -> Iterator[str]:

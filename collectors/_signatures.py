@@ -346,7 +346,7 @@ def event_of(sig: Signature, attrs: dict[str, Any], framed: Framed, body: str) -
         info = _xid_info(attrs["xid"])
         layer, severity = info.pop("layer"), info.pop("severity")
         attrs = {**info, **attrs}
-    pci = attrs.get("pci")
+    pci = attrs.get("pci") if "nvswitch" not in attrs else None  # an NVSwitch's bus id names no GPU
     return Event(kind=sig.kind, message=body.strip()[:2000], ts=framed.ts, ts_origin=framed.ts_origin,
                  ts_approx=framed.ts_approx, ts_raw=framed.ts_raw, host=framed.host, layer=layer,
                  severity=severity, gpu=normalize_pci(pci) if isinstance(pci, str) else None, rank=framed.rank,
