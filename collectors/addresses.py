@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from collectors.base import HostFact, ParseContext, Row, Skipped
+from collectors.base import Artifact, CaptureContext, HostFact, ParseContext, Row, Skipped
 
 NAME = "addresses"
 LAYER = "network_storage"
@@ -45,6 +45,17 @@ def usable(text: str) -> str | None:
     if address.is_loopback or address.is_link_local or address.is_unspecified or address.is_multicast:
         return None
     return str(address)
+
+
+def capture(ctx: CaptureContext) -> Iterator[Artifact]:
+    """``ip -o addr`` and /etc/hosts: cheap, and the only way to name a peer when NCCL_DEBUG was unset."""
+    if ctx.which("ip"):
+        yield ctx.run(["ip", "-o", "addr"], kind="ip_addr", timeout=5)
+    else:
+        ctx.missing("ip", "unavailable: iproute2 not installed")
+    hosts = ctx.read_file("/etc/hosts", kind="hosts_file", max_bytes=4 << 20)
+    if hosts is not None:
+        yield hosts
 
 
 def sniff(name: str, head: str) -> dict[str, int]:

@@ -58,3 +58,32 @@ def test_a_hosts_entry_is_named_as_the_bundle_knows_the_host() -> None:
     assert _known_name(["node14.cluster", "n14"], known) == "node14"
     assert _known_name(["gpu-99-ib"], known) == "gpu-99-ib", "a host the bundle never names keeps its own name"
     assert _known_name(["storage01.cluster"], known) == "storage01"
+
+
+def test_capture_takes_ip_o_addr_and_the_hosts_file() -> None:
+    calls: list[tuple[str, object]] = []
+    missing: list[str] = []
+
+    class Ctx:
+        host, since, options = "h", None, {}
+
+        def __init__(self, has_ip: bool) -> None:
+            self.has_ip = has_ip
+
+        def which(self, name):
+            return "/usr/sbin/ip" if self.has_ip else None
+
+        def missing(self, what, reason):
+            missing.append(what)
+
+        def run(self, argv, *, kind, timeout=None, max_bytes=None):
+            calls.append(("run", argv))
+            return kind
+
+        def read_file(self, path, *, kind, max_bytes=None, tail=False):
+            calls.append(("read", path))
+            return kind
+
+    assert list(addresses.capture(Ctx(True))) == ["ip_addr", "hosts_file"]
+    assert calls == [("run", ["ip", "-o", "addr"]), ("read", "/etc/hosts")] and missing == []
+    assert list(addresses.capture(Ctx(False))) == ["hosts_file"] and missing == ["ip"]
