@@ -115,3 +115,20 @@ def test_the_application_outside_the_tui_never_loads_textual():
             "from workbench.cli import build_parser\n"
             "build_parser()\n")
     assert loaded_after(code, ("textual", "pynvml")) == []
+
+
+def _declares_name(path: Path) -> bool:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return any(isinstance(node, (ast.Assign, ast.AnnAssign)) and "NAME" in
+               {t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                if isinstance(t, ast.Name)} for node in tree.body)
+
+
+def test_modules_that_are_not_plugins_say_so_with_an_underscore():
+    """In collectors/ and workbench/commands/ a module either is a plugin (declares NAME, found by the
+    registry or the CLI) or is a ``_``-prefixed helper; the packages' interface modules are named."""
+    interface = {"collectors": {"base", "registry", "vocabulary"}, "workbench/commands": set()}
+    strays = [str(path.relative_to(ROOT)) for folder, named in interface.items()
+              for path in sorted((ROOT / folder).glob("*.py"))
+              if not path.stem.startswith("_") and path.stem not in named and not _declares_name(path)]
+    assert strays == []
