@@ -354,7 +354,8 @@ class Engine:
         if c.scope == "global":
             return 0.8
         if c.host is None:
-            return 0.5
+            # nothing in the bundle names a host: one machine's paste, where everything is local
+            return 1.0 if g.host is None and not g.nodes and not self.place.machines else 0.5
         if g.host is None:
             if g.nodes:
                 r = 0.7 if c.host in g.nodes else 0.0
@@ -378,6 +379,8 @@ class Engine:
         before it lies within the horizon); decays when that evidence is older; low when all of it
         came after the symptom, unless it is snapshot state that may have been true before."""
         times = c.significant_times
+        if not times and g.first is None:
+            return _paste_order(c.rows, g.rows)
         if not times or g.first is None:
             return 0.5
         n = bisect.bisect_right(times, g.first + timedelta(seconds=self.tolerance))
@@ -459,9 +462,25 @@ def _precedes_in_paste(a: Candidate, b: Candidate) -> bool:
     return not shared or any(first_a[art] < first_b[art] for art in shared)
 
 
+def _paste_order(cause_rows: list[dict[str, Any]], symptom_rows: list[dict[str, Any]]) -> float:
+    """Timing of an untimed cause against an untimed symptom: in a file they share, the cause's line
+    before the symptom's is the order a log is written in (1.0), after it is unlikely (0.3); no shared
+    file says nothing (0.5)."""
+    cause = _first_line_of(cause_rows)
+    symptom = _first_line_of(symptom_rows)
+    shared = cause.keys() & symptom.keys()
+    if not shared:
+        return 0.5
+    return 1.0 if any(cause[art] <= symptom[art] for art in shared) else 0.3
+
+
 def _first_lines(c: Candidate) -> dict[str, int]:
+    return _first_line_of(c.rows)
+
+
+def _first_line_of(rows: list[dict[str, Any]]) -> dict[str, int]:
     first: dict[str, int] = {}
-    for r in c.rows:
+    for r in rows:
         if r.get("artifact") is not None and r.get("line") is not None:
             first[r["artifact"]] = min(first.get(r["artifact"], r["line"]), r["line"])
     return first

@@ -219,3 +219,21 @@ def test_without_a_winner_the_first_anomaly_is_near_the_symptoms_not_days_before
     result = diagnose(tmp_path, rows)
     assert all(h["score"] < LOW_SCORE for h in result["hypotheses"])
     assert result["first_anomaly"]["ts"].startswith("2025-05-19T19:57")
+
+
+def test_untimed_cause_explains_the_timeouts_pasted_after_it(tmp_path: Path) -> None:
+    """One machine's paste, no host, no time: the ECC error before the watchdog timeouts is the cause
+    they wait on, and explaining them makes it stronger than the same line alone."""
+    ecc = Event(kind="cuda_error", layer="gpu", line=3, attrs={"ecc": True},
+                message="RuntimeError: CUDA error: uncorrectable ECC error encountered")
+    timeouts = [Event(kind="nccl_timeout", layer="network_storage", line=10 + r, rank=r,
+                      attrs={"seq": 44, "op": "ALLREDUCE", "timeout_ms": 1800000},
+                      message=f"[Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=44)")
+                for r in (1, 2, 3)]
+    lone = tmp_path / "alone"
+    lone.mkdir()
+    alone = top(diagnose(lone, [ecc]))
+    result = diagnose(tmp_path, [ecc, *timeouts])
+    hyp = top(result)
+    assert (hyp["cause"], hyp["symptoms"]) == ("ecc_uncorrectable", ["nccl_timeout"])
+    assert hyp["score"] > alone["score"]
