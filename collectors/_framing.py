@@ -137,8 +137,10 @@ _GLOG = re.compile(r"(?P<lvl>[IWEF])(?P<mon>\d\d)(?P<day>\d\d) (?P<clock>\d\d:\d
                    r"\s+(?P<pid>\d+) (?P<file>[^\]\s]+:\d+)\] ?")
 _VLLM = re.compile(rf"(?P<lvl>{_LEVEL_WORDS}) (?P<mon>\d\d)-(?P<day>\d\d) (?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?"
                    r" (?:\[?(?P<file>[\w./-]+:\d+)\]? )?")
-_IDENT = re.compile(r"(?:(?P<host>[^\s\[\]:]+) )?(?P<prog>[\w./@-]+)(?:\[(?P<pid>\d+)\])?:(?: |$)")
+_IDENT = re.compile(r"(?:(?P<host>[\w.-]+) )?(?P<prog>[\w./@-]+)(?:\[(?P<pid>\d+)\])?:(?: |$)")
 _LEVEL = re.compile(rf"(?:\[(?P<l1>{_LEVEL_WORDS})\]|(?P<l2>{_LEVEL_WORDS})\b:?)\s+", re.IGNORECASE)
+_HF_LEVEL = re.compile(rf"\[(?P<lvl>{_LEVEL_WORDS})\|[^\]\s]+\]\s+")
+"""transformers' ``[INFO|trainer.py:1812] 2025-03-06 09:55:01,123 >> ``: the level and file, then the time."""
 _ESCAPE_NL = "#012"
 
 
@@ -180,7 +182,11 @@ def _peel_once(text: str, pos: int, out: Framed, wrappers: list[str], timed: boo
     if pos == 0 and first in " \t" and (m := _INDENT.match(text)):
         wrappers.append("indent")
         return m.end(), timed
-    if first in " >" and (m := _QUOTE.match(text, pos)) and ">" in m.group(0):
+    if timed and text.startswith(">> ", pos):
+        wrappers.append("separator")  # transformers' ``2025-03-06 09:55:01,123 >> ``
+        return pos + 3, timed
+    if first in " >" and all(w in ("quote", "indent") for w in wrappers) and (m := _QUOTE.match(text, pos)) \
+            and ">" in m.group(0):
         wrappers.append("quote")
         return m.end(), timed
     if first.isdigit():
@@ -304,6 +310,10 @@ def _bracket_led(text: str, pos: int, out: Framed, wrappers: list[str], referenc
         return m.end(), False
     if m := _LEVEL.match(text, pos):
         out.level = out.level or _level(m.group("l1") or m.group("l2"))
+        wrappers.append("level")
+        return m.end(), False
+    if m := _HF_LEVEL.match(text, pos):
+        out.level = out.level or _level(m.group("lvl"))
         wrappers.append("level")
         return m.end(), False
     return None

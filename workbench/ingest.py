@@ -193,6 +193,9 @@ class Session:
             return
         try:
             with stream_factory() as stream:
+                if b"\x00" in stream.read(8192):
+                    return  # binary (a core file, an image): no lines of text to recognise
+                stream.seek(0)
                 for event in signature_catalog().scan(stream, reference=ctx.reference_for(host),
                                                       boot=ctx.boot_time_for(host), parsed=parsed):
                     event.source = event.source or source_name

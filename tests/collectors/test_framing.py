@@ -49,6 +49,8 @@ WRAPPED = [
     (f"(EngineCore_DP0 pid=1234) ERROR 03-06 09:55:01 [core.py:12] {BODY}", "2025-03-06T09:55:01", None, None, None,
      "vllm"),
     (f"[2025-03-06 09:55:01 TP0] {BODY}", "2025-03-06T09:55:01", None, None, None, "iso"),
+    (f"[INFO|trainer.py:1812] 2025-03-06 09:55:01,123 >> {BODY}", "2025-03-06T09:55:01.123000", None, None, None,
+     "level"),
     (f"[Jul 23 2024 07:53:55] [ERROR] {BODY}", "2024-07-23T07:53:55", None, None, None, "fabric_manager"),
     (f"2025-01-02T03:04:05Z stdout F [default1]:[rank9]: {BODY}", "2025-01-02T03:04:05", None, 9, "stdout", "torchrun"),
 ]
