@@ -379,10 +379,8 @@ class Engine:
         before it lies within the horizon); decays when that evidence is older; low when all of it
         came after the symptom, unless it is snapshot state that may have been true before."""
         times = c.significant_times
-        if not times and g.first is None:
-            return _paste_order(c.rows, g.rows)
         if not times or g.first is None:
-            return 0.5
+            return _paste_order(c.rows, g.rows)
         n = bisect.bisect_right(times, g.first + timedelta(seconds=self.tolerance))
         if n == 0:
             return 0.6 if c.is_state else 0.1
@@ -463,9 +461,9 @@ def _precedes_in_paste(a: Candidate, b: Candidate) -> bool:
 
 
 def _paste_order(cause_rows: list[dict[str, Any]], symptom_rows: list[dict[str, Any]]) -> float:
-    """Timing of an untimed cause against an untimed symptom: in a file they share, the cause's line
-    before the symptom's is the order a log is written in (1.0), after it is unlikely (0.3); no shared
-    file says nothing (0.5)."""
+    """Timing when the cause or the symptom has no time: in a file they share, the cause's line before
+    the symptom's is the order a log is written in (1.0), after it is unlikely (0.3); no shared file
+    says nothing (0.5)."""
     cause = _first_line_of(cause_rows)
     symptom = _first_line_of(symptom_rows)
     shared = cause.keys() & symptom.keys()

@@ -237,3 +237,17 @@ def test_untimed_cause_explains_the_timeouts_pasted_after_it(tmp_path: Path) -> 
     hyp = top(result)
     assert (hyp["cause"], hyp["symptoms"]) == ("ecc_uncorrectable", ["nccl_timeout"])
     assert hyp["score"] > alone["score"]
+
+
+def test_untimed_cause_before_timed_timeouts_in_the_same_file_explains_them(tmp_path: Path) -> None:
+    """The CUDA error line carries no time but the watchdog lines after it do (glog stamps): the
+    file's order still says which came first."""
+    ecc = Event(kind="cuda_error", layer="gpu", line=3, attrs={"ecc": True},
+                message="RuntimeError: CUDA error: uncorrectable ECC error encountered")
+    timeouts = [Event(kind="nccl_timeout", layer="network_storage", line=10 + r, rank=r, ts=T0,
+                      attrs={"seq": 44, "op": "ALLREDUCE", "timeout_ms": 1800000},
+                      message=f"[Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=44)")
+                for r in (1, 2)]
+    hyp = top(diagnose(tmp_path, [ecc, *timeouts]))
+    assert (hyp["cause"], hyp["symptoms"]) == ("ecc_uncorrectable", ["nccl_timeout"])
+    assert hyp["explains"]["explanatory_power"] == 1.0
