@@ -448,16 +448,16 @@ class Engine:
 
 
 def _precedes_in_paste(a: Candidate, b: Candidate) -> bool:
-    """Neither candidate has a time (a pasted excerpt, a log without timestamps): the order of the
-    lines in a file they share is the order of events, so a's first line after b's first line in every
-    file they share says a did not come first. Without a shared file nothing contradicts the catalog's
-    direction (a leads to b). Candidates with times are ordered by them, not here."""
-    if any(r["at"] is not None for r in a.rows + b.rows):
-        return False
+    """One of the candidates has no time (a pasted excerpt, a log without timestamps): the order of
+    the lines in a file they share is the order of events, so a's first line after b's first line in
+    every file they share says a did not come first. Without a shared file, nothing contradicts the
+    catalog's direction (a leads to b) when neither has any time at all."""
     first_a = _first_lines(a)
     first_b = _first_lines(b)
     shared = first_a.keys() & first_b.keys()
-    return not shared or any(first_a[art] < first_b[art] for art in shared)
+    if shared:
+        return any(first_a[art] < first_b[art] for art in shared)
+    return all(r["at"] is None for r in a.rows + b.rows)
 
 
 def _paste_order(cause_rows: list[dict[str, Any]], symptom_rows: list[dict[str, Any]]) -> float:

@@ -251,3 +251,13 @@ def test_untimed_cause_before_timed_timeouts_in_the_same_file_explains_them(tmp_
     hyp = top(diagnose(tmp_path, [ecc, *timeouts]))
     assert (hyp["cause"], hyp["symptoms"]) == ("ecc_uncorrectable", ["nccl_timeout"])
     assert hyp["explains"]["explanatory_power"] == 1.0
+
+
+def test_untimed_pcie_error_before_a_stamped_mmu_fault_in_the_same_file_leads_to_it(tmp_path: Path) -> None:
+    rows = [Event(kind="pcie_aer_unrecovered", layer="hardware", line=5, attrs={"device": "0000:63:00.0",
+                                                                                "driver": "nvidia"},
+                  message="nvidia 0000:63:00.0: AER: can't recover (no error_detected callback)"),
+            Event(kind="xid", layer="gpu", line=7, gpu="0000:63:00.0", attrs={"xid": 31}, ts=T0,
+                  message="NVRM: Xid (PCI:0000:63:00): 31, name=plasmashell, MMU Fault")]
+    hyp = top(diagnose(tmp_path, rows))
+    assert (hyp["cause"], hyp["consequences"]) == ("pcie_link_degraded", ["app_gpu_fault"])
