@@ -285,7 +285,10 @@ class _Parser:
         self.prefilter = _Prefilter()
         self.np = self.prefilter.np
         self.classifier = Classifier()
-        self.signatures = signature_catalog()
+        try:
+            self.signatures = signature_catalog()
+        except (ImportError, OSError, ValueError):  # a broken catalog or RE2 install must not cost the kernel's events
+            self.signatures = None
         self.last_stamp: Stamp | None = None
         self.referenced: set[str] = set()
         self.boot_cut = None
@@ -459,7 +462,7 @@ class _Parser:
     def _known(self, pre: Prefix, message: str, line: int, written: set[str],
                stamp: Stamp | None = None) -> Iterator[Row]:
         """A known message of the signature catalog on this line, unless the classifier wrote its kind."""
-        found = self.signatures.match(message)
+        found = self.signatures.match(message) if self.signatures is not None else None
         if found is None:
             return
         sig, attrs = found
