@@ -13,7 +13,9 @@ consequence (``leads_to``). Each candidate is scored by
 
 so the Xid 79 on the failing rank's GPU outranks an earlier Xid 13 from another user's job, and a
 corrected AER that was always there or a throttle on an idle GPU stays low. Times are compared
-after the per-host clock offsets are applied.
+after the per-host clock offsets are applied. Lines without a time (what responders paste into a
+ticket) still take part: where a time is missing, the order of lines in a file they share stands in
+for it, and a bundle that names no host at all is one machine.
 """
 
 from __future__ import annotations
