@@ -261,3 +261,12 @@ def test_untimed_pcie_error_before_a_stamped_mmu_fault_in_the_same_file_leads_to
                   message="NVRM: Xid (PCI:0000:63:00): 31, name=plasmashell, MMU Fault")]
     hyp = top(diagnose(tmp_path, rows))
     assert (hyp["cause"], hyp["consequences"]) == ("pcie_link_degraded", ["app_gpu_fault"])
+
+
+def test_engine_refusing_to_start_on_a_card_someone_else_holds_is_contention(tmp_path: Path) -> None:
+    line = ("ValueError: Free memory on device (0.22/30.3 GiB) on startup is less than desired GPU memory "
+            "utilization (0.7, 21.21 GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
+            "processes.")
+    rows = [Event(kind="engine_free_memory_short", layer="gpu", line=1, message=line,
+                  attrs={"free_gib": 0.22, "total_gib": 30.3, "wanted_gib": 21.21})]
+    assert top(diagnose(tmp_path, rows))["cause"] == "gpu_contention"
