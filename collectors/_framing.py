@@ -133,6 +133,10 @@ _SYSLOG = re.compile(r"(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) (?P<clock>\d
 _PYLOG = re.compile(rf"(?P<iso>{ISO}) - (?P<name>\S+) - (?P<lvl>[A-Z]+) - ")
 _BRACKET_ISO = re.compile(rf"\[(?P<iso>{ISO})(?P<tag> [^\]]{{1,40}})?\]:? ?")
 _PLAIN_ISO = re.compile(rf"(?P<iso>{ISO})(?: |$)")
+_GO_LOG = re.compile(r"(?P<date>\d{4}/\d\d/\d\d) (?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d{1,9}))? ")
+"""Go's log package (``2023/10/19 03:11:54 Loading NVML``: the device plugin, ollama, gpud)."""
+_LOGFMT = re.compile(rf"time=\"?(?P<iso>{ISO})\"? level=(?P<lvl>\w+)(?: source=\S+)?(?: msg=\"?)?")
+"""logfmt as Go's slog and logrus print it (``time=2025-03-06T09:55:01.123Z level=ERROR source=x.go:12 msg=``)."""
 _GLOG = re.compile(r"(?P<lvl>[IWEF])(?P<mon>\d\d)(?P<day>\d\d) (?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d{1,9}))?"
                    r"\s+(?P<pid>\d+) (?P<file>[^\]\s]+:\d+)\] ?")
 _VLLM = re.compile(rf"(?P<lvl>{_LEVEL_WORDS}) (?P<mon>\d\d)-(?P<day>\d\d) (?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?"
@@ -230,6 +234,11 @@ def _digit_led(text: str, pos: int, out: Framed, wrappers: list[str], timed: boo
         out.level = out.level or _level(m.group("lvl"))
         out.program = out.program or m.group("name")
         return m.end(), True
+    if m := _GO_LOG.match(text, pos):
+        if (when := _go_time(m)) is not None:
+            _set(out, when, m.group(0).strip(), "iso", False)
+            wrappers.append("go_log")
+            return m.end(), True
     if m := _PLAIN_ISO.match(text, pos):
         _set_time(out, m, "iso", wrappers, "iso")
         end = m.end()
@@ -349,6 +358,10 @@ def _upper_led(text: str, pos: int, out: Framed, wrappers: list[str], timed: boo
 
 
 def _lower_led(text: str, pos: int, out: Framed, wrappers: list[str], timed: bool) -> tuple[int, bool] | None:
+    if text.startswith("time=", pos) and (m := _LOGFMT.match(text, pos)):
+        _set_time(out, m, "iso", wrappers, "logfmt")
+        out.level = out.level or _level(m.group("lvl"))
+        return m.end(), True
     if m := _DECODE.match(text, pos):
         out.level = out.level or m.group("lvl")
         wrappers.append("dmesg_decode")
@@ -431,6 +444,15 @@ def _set_ident(out: Framed, m: re.Match[str]) -> None:
     out.program = out.program or m.group("prog")
     if m.group("pid"):
         out.pid = out.pid or int(m.group("pid"))
+
+
+def _go_time(m: re.Match[str]) -> datetime | None:
+    try:
+        when = datetime.strptime(f"{m.group('date')} {m.group('clock')}", "%Y/%m/%d %H:%M:%S")
+    except ValueError:
+        return None
+    frac = m.group("frac")
+    return when.replace(tzinfo=timezone.utc, microsecond=int(frac[:6].ljust(6, "0")) if frac else 0)
 
 
 def _civil(year: int, mon: str, day: str, clock: str) -> datetime | None:
@@ -563,7 +585,7 @@ FOREIGN = frozenset({"quote", "fence", "indent", "cri", "docker_json", "host_lab
 """Wrappers no format parser reads; the others (syslog, dmesg stamps, ISO, launcher ranks, glog, ...) the
 parsers read themselves."""
 _TIMED = frozenset({"syslog", "iso", "rfc5424", "dmesg", "dmesg_ctime", "glog", "vllm", "python_logging",
-                    "fabric_manager"})
+                    "fabric_manager", "go_log", "logfmt"})
 
 
 def unframed_lines(lines: Iterable[str], *, reference: datetime | None = None) -> Iterator[str]:
