@@ -18,7 +18,12 @@ from workbench.schema import EVIDENCE_TABLES
 EVENT_COLUMNS = ("id", "ts", "ts_approx", "ts_origin", "ts_raw", "host", "source", "layer", "kind", "severity",
                  "gpu", "rank", "job", "message", "attrs", "artifact", "line")
 
-ORDER = "ts NULLS LAST, artifact, line, id"
+SORT_KEY = ("coalesce(ts, TIMESTAMP '9999-12-31 23:59:59.999999')", "coalesce(artifact, '')", "coalesce(line, -1)",
+            "id")
+"""The timeline's total order (undated events last, then artifact and line), usable for keyset paging.
+Undated events sort as the largest timestamp Python can hold, so a cursor round-trips exactly."""
+
+ORDER = ", ".join(SORT_KEY)
 
 
 @dataclass
@@ -34,6 +39,7 @@ class EventFilter:
     until: datetime | None = None
     text: str | None = None
     gpu: str | None = None
+    ranks: tuple[int, ...] = ()
 
     def where(self) -> tuple[str, list[Any]]:
         clauses: list[str] = []
@@ -55,12 +61,16 @@ class EventFilter:
         if self.gpu:
             clauses.append("gpu = ?")
             params.append(self.gpu)
+        if self.ranks:
+            clauses.append(f"rank IN ({', '.join('?' for _ in self.ranks)})")
+            params.extend(int(r) for r in self.ranks)
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
 def events(bundle: Bundle, flt: EventFilter | None = None, *, limit: int | None = None,
            offset: int = 0) -> list[dict[str, Any]]:
-    """One page of the merged timeline, oldest first; undated events sort after dated ones."""
+    """The merged timeline, oldest first; undated events sort after dated ones. Screens page with
+    :func:`page` instead: ``OFFSET`` gets slower the deeper it goes."""
     where, params = (flt or EventFilter()).where()
     sql = f"SELECT {', '.join(EVENT_COLUMNS)} FROM event{where} ORDER BY {ORDER}"
     if limit is not None:
@@ -85,6 +95,115 @@ def iter_events(bundle: Bundle, flt: EventFilter | None = None, batch: int = 10_
 def count_events(bundle: Bundle, flt: EventFilter | None = None) -> int:
     where, params = (flt or EventFilter()).where()
     return bundle.con.execute(f"SELECT count(*) FROM event{where}", params).fetchall()[0][0]
+
+
+# -- keyset paging: what a screen scrolls through, at the same cost on page 1 and page 5,000 ------
+
+Cursor = tuple[datetime, str, int, int]
+"""An event's place in the timeline order (:data:`SORT_KEY`); pages start after or end before one."""
+
+_KEY = f"({', '.join(SORT_KEY)})"
+
+
+@dataclass(frozen=True)
+class Page:
+    """A slice of the filtered timeline and whether more lies before and after it."""
+
+    rows: list[dict[str, Any]]
+    more_before: bool
+    more_after: bool
+
+    @property
+    def first(self) -> Cursor | None:
+        return self.rows[0]["cursor"] if self.rows else None
+
+    @property
+    def last(self) -> Cursor | None:
+        return self.rows[-1]["cursor"] if self.rows else None
+
+
+def page(bundle: Bundle, flt: EventFilter | None = None, *, after: Cursor | None = None,
+         before: Cursor | None = None, at_or_after: Cursor | None = None, limit: int = 200) -> Page:
+    """``limit`` events after ``after`` (or from ``at_or_after``, or ending just before ``before``),
+    in timeline order. Each row carries its ``cursor``."""
+    where, params = (flt or EventFilter()).where()
+    cond, cparams, backwards = "", [], False
+    if before is not None:
+        cond, cparams, backwards = f"{_KEY} < (?, ?, ?, ?)", list(before), True
+    elif after is not None:
+        cond, cparams = f"{_KEY} > (?, ?, ?, ?)", list(after)
+    elif at_or_after is not None:
+        cond, cparams = f"{_KEY} >= (?, ?, ?, ?)", list(at_or_after)
+    if cond:
+        where = f"{where} AND {cond}" if where else f" WHERE {cond}"
+    direction = " DESC" if backwards else ""
+    order = ", ".join(k + direction for k in SORT_KEY)
+    sql = (f"SELECT {', '.join(EVENT_COLUMNS)}, {', '.join(SORT_KEY)} FROM event{where} "
+           f"ORDER BY {order} LIMIT ?")
+    fetched = bundle.con.execute(sql, params + cparams + [limit + 1]).fetchall()
+    more = len(fetched) > limit
+    fetched = fetched[:limit]
+    if backwards:
+        fetched.reverse()
+    rows = []
+    for values in fetched:
+        row = _row(values[: len(EVENT_COLUMNS)])
+        row["cursor"] = tuple(values[len(EVENT_COLUMNS):])
+        rows.append(row)
+    if backwards:
+        return Page(rows, more_before=more, more_after=_exists(bundle, flt, f"{_KEY} >= (?, ?, ?, ?)", list(before)))
+    started_inside = after is not None or at_or_after is not None
+    more_before = started_inside and bool(rows) and _exists(bundle, flt, f"{_KEY} < (?, ?, ?, ?)",
+                                                             list(rows[0]["cursor"]))
+    return Page(rows, more_before=more_before, more_after=more)
+
+
+def cursor_at(ts: datetime | None) -> Cursor:
+    """The place in the order where events at ``ts`` begin (``None``: where undated events begin)."""
+    return (utc_naive(ts) if ts is not None else datetime.max, "", -1, -1)
+
+
+def seek(bundle: Bundle, flt: EventFilter | None, *, after: Cursor | None, severities: tuple[str, ...] = (),
+         backwards: bool = False) -> Cursor | None:
+    """The cursor of the next (or previous) matching event that also has one of ``severities``:
+    the timeline's "next error" jump."""
+    base = flt or EventFilter()
+    narrowed = EventFilter(**{**base.__dict__, "severities": severities or base.severities})
+    where, params = narrowed.where()
+    if after is not None:
+        cond = f"{_KEY} {'<' if backwards else '>'} (?, ?, ?, ?)"
+        where = f"{where} AND {cond}" if where else f" WHERE {cond}"
+        params += list(after)
+    order = ", ".join(k + (" DESC" if backwards else "") for k in SORT_KEY)
+    rows = bundle.con.execute(f"SELECT {', '.join(SORT_KEY)} FROM event{where} ORDER BY {order} LIMIT 1",
+                              params).fetchall()
+    return tuple(rows[0]) if rows else None
+
+
+def position(bundle: Bundle, flt: EventFilter | None, cursor: Cursor | None) -> int:
+    """How many matching events come before ``cursor``: the "row N of M" a screen shows."""
+    if cursor is None:
+        return 0
+    where, params = (flt or EventFilter()).where()
+    cond = f"{_KEY} < (?, ?, ?, ?)"
+    where = f"{where} AND {cond}" if where else f" WHERE {cond}"
+    return bundle.con.execute(f"SELECT count(*) FROM event{where}", params + list(cursor)).fetchall()[0][0]
+
+
+def _exists(bundle: Bundle, flt: EventFilter | None, cond: str, cparams: list[Any]) -> bool:
+    where, params = (flt or EventFilter()).where()
+    where = f"{where} AND {cond}" if where else f" WHERE {cond}"
+    return bool(bundle.con.execute(f"SELECT 1 FROM event{where} LIMIT 1", params + cparams).fetchall())
+
+
+def facets(bundle: Bundle, limit: int = 200) -> dict[str, list[tuple[Any, int]]]:
+    """The values each timeline filter can take, with event counts: what the filter pickers offer."""
+    out: dict[str, list[tuple[Any, int]]] = {}
+    for column in ("layer", "source", "host", "kind", "severity", "gpu", "rank"):
+        out[column] = [(v, n) for v, n in bundle.con.execute(
+            f"SELECT {column}, count(*) FROM event WHERE {column} IS NOT NULL GROUP BY 1 "
+            f"ORDER BY 2 DESC, 1 LIMIT ?", [limit]).fetchall()]
+    return out
 
 
 def _row(values: tuple[Any, ...]) -> dict[str, Any]:
