@@ -124,7 +124,7 @@ def load_signatures(path: Path = CATALOG) -> tuple[Signature, ...]:
     """Every signature of the catalog, validated; raises SignatureError naming the bad entry."""
     import yaml  # deferred: capture on a bare node never reads the catalog
 
-    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    doc = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     entries = doc.get("signatures") if isinstance(doc, dict) else None
     if not isinstance(entries, list) or not entries:
         raise SignatureError(f"{path.name}: a top-level 'signatures' list is required")
