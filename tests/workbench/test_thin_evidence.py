@@ -270,3 +270,17 @@ def test_engine_refusing_to_start_on_a_card_someone_else_holds_is_contention(tmp
     rows = [Event(kind="engine_free_memory_short", layer="gpu", line=1, message=line,
                   attrs={"free_gib": 0.22, "total_gib": 30.3, "wanted_gib": 21.21})]
     assert top(diagnose(tmp_path, rows))["cause"] == "gpu_contention"
+
+
+def test_fabric_manager_with_nothing_to_manage_is_not_a_fault(tmp_path: Path) -> None:
+    line = ("nv-fabricmanager[4177]: request to query NVSwitch device information from NVSwitch driver failed "
+            "with error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]")
+    rows = [Event(kind="fabric_manager_error", layer="gpu", line=1, message=line, severity="warning")]
+    assert diagnose(tmp_path, rows)["hypotheses"] == []
+
+
+def test_a_process_that_sees_no_gpu_points_at_the_runtime(tmp_path: Path) -> None:
+    rows = [Event(kind="cuda_error", layer="gpu", line=1, attrs={"code": 100, "name": "cudaErrorNoDevice"},
+                  message="RuntimeError: cuda runtime error (100) : no CUDA-capable device is detected")]
+    hyp = top(diagnose(tmp_path, rows))
+    assert (hyp["cause"], hyp["score"] >= LOW_SCORE) == ("gpu_runtime_misconfigured", True)
