@@ -211,7 +211,10 @@ _SERIAL = re.compile(r"NVRM: GPU Board Serial Number: ?(?P<serial>\S*)")
 _FOB_ONE = re.compile(rf"NVRM: GPU (?:at )?(?:PCI:)?(?P<pci>{PCI}):? (?:GPU )?has fallen off the bus")
 _FOB_HEAD = re.compile(rf"NVRM: The NVIDIA GPU (?P<pci>{PCI})"
                        r"(?:.*?\(PCI ID: (?P<pciid>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\))?")
-_DRIVER = re.compile(r"NVRM: loading NVIDIA UNIX (?P<open>Open )?Kernel Module for \S+\s+(?P<ver>\d+\.\d+(?:\.\d+)?)")
+_DRIVER = re.compile(r"NVRM: loading NVIDIA UNIX (?:(?P<open>Open )|[\w-]+ )?Kernel Module(?: for \S+)?\s+"
+                     r"(?P<ver>\d+\.\d+(?:\.\d+)?)")
+"""The open module says ``Open Kernel Module for x86_64  570.158.01``, the proprietary one
+``x86_64 Kernel Module  535.104.05``."""
 _HEARTBEAT = re.compile(r"Heartbeat timed out,.*?diff (?P<diff>\d+) timeout (?P<timeout>\d+)")
 _ANY_PCI = re.compile(rf"(?:PCI:|\b)(?P<pci>{PCI})\b")
 _GPU_INDEX = re.compile(r"\bGPU(\d{1,2})\b")
