@@ -1,4 +1,4 @@
-"""The on-call path on a machine without a GPU: `gpuwb capture` finishes, says what it missed."""
+"""The on-call path: `gpuwb capture` finishes and says what it got or missed, with or without a GPU."""
 
 from __future__ import annotations
 
@@ -6,11 +6,24 @@ import subprocess
 import sys
 import time
 
+from collectors.nvml import NvmlAdapter, load_nvml
 from tests.conftest import ROOT
 from workbench.bundle import Bundle
 
 
-def test_capture_on_a_host_without_gpu(tmp_path):
+def _nvml_here() -> str | None:
+    """None when NVML starts on this machine (a GPU host), else the coverage reason capture must give."""
+    try:
+        adapter = NvmlAdapter(load_nvml())
+    except ImportError:
+        return "unavailable: pynvml (nvidia-ml-py) is not installed"
+    reason = adapter.init()
+    if reason is None:
+        adapter.shutdown()
+    return reason
+
+
+def test_capture_on_this_host_with_or_without_gpu(tmp_path):
     out = tmp_path / "x.duckdb"
     began = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "workbench.cli", "capture", "-o", str(out), "--since", "2h"],
@@ -21,9 +34,16 @@ def test_capture_on_a_host_without_gpu(tmp_path):
     assert "Coverage" in proc.stdout
     coverage_rows = {line.split()[0]: line for line in proc.stdout.splitlines()
                      if line.split() and line.split()[0] in ("nvml", "kernel", "host")}
-    assert "unavailable" in coverage_rows["nvml"] and "NVML library not found" in coverage_rows["nvml"]
+    nvml_reason = _nvml_here()
     with Bundle.open(out) as bundle:
         kinds = {a["collector"]: a["kind"] for a in bundle.artifacts()}
+        nvml_row = next(row for row in bundle.coverage() if row["collector"] == "nvml")
+        if nvml_reason is None:
+            assert nvml_row["status"] in ("ok", "partial") and kinds.get("nvml") == "nvml_json", nvml_row
+            assert bundle.con.execute("SELECT count(*) FROM gpu_inventory").fetchall()[0][0] > 0
+        else:
+            assert (nvml_row["status"], nvml_row["reason"]) == (nvml_reason.split(":")[0], nvml_reason)
+            assert nvml_reason in coverage_rows["nvml"] and "nvml" not in kinds
         assert "kernel" in kinds, kinds
         kernel_bytes = bundle.con.execute(
             "SELECT sum(size) FROM artifact WHERE collector = 'kernel'").fetchall()[0][0]

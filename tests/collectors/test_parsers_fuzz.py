@@ -12,7 +12,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collectors import registry
-from collectors.base import ParseContext, Skipped
+from collectors.base import (
+    LAYERS,
+    SEVERITIES,
+    Event,
+    GpuInventory,
+    GpuSample,
+    HostFact,
+    ParseContext,
+    SeriesPoint,
+    Skipped,
+    Topology,
+)
 
 PARSERS = [(m, kind) for m in registry.all_collectors() if hasattr(m, "parse") for kind in m.KINDS]
 IDS = [f"{m.NAME}:{kind}" for m, kind in PARSERS]
@@ -42,8 +53,19 @@ JUNK = {
 @pytest.mark.parametrize(("module", "kind"), PARSERS, ids=IDS)
 @pytest.mark.parametrize("junk", sorted(JUNK))
 def test_known_junk_never_raises(module, kind, junk):
-    rows = _parse(module, kind, JUNK[junk])
-    assert all(r is not None for r in rows)
+    data = JUNK[junk]
+    rows = _parse(module, kind, data)
+    lines = data.count(b"\n") + 1
+    for row in rows:
+        assert isinstance(row, (Event, GpuSample, GpuInventory, Topology, SeriesPoint, HostFact, Skipped)), row
+        if isinstance(row, Skipped):
+            assert row.reason and (row.line is None or 1 <= row.line <= lines), row
+        if isinstance(row, Event):
+            assert row.kind and isinstance(row.message, str), row
+            assert (row.layer or module.LAYER) in LAYERS and row.severity in SEVERITIES, row
+            assert row.line is None or 1 <= row.line <= lines, row
+    if junk == "only_newlines":
+        assert not [r for r in rows if isinstance(r, Event)], "an event made out of blank lines"
 
 
 @pytest.mark.parametrize(("module", "kind"), PARSERS, ids=IDS)
