@@ -220,3 +220,14 @@ def test_fuzz_scan_never_raises_and_points_at_real_lines(parts):
     for event in catalog().scan(io.BytesIO(data)):
         assert 1 <= event.line <= lines
         assert event.kind in vocabulary.event_kinds()
+
+
+def test_no_anchor_hides_inside_another_signatures_anchor():
+    owners = {}
+    for sig in SIGNATURES:
+        for anchor in sig.anchors:
+            owners.setdefault(anchor, set()).add(sig.id)
+    for outer, outer_ids in owners.items():
+        for inner, inner_ids in owners.items():
+            if inner != outer and inner in outer:
+                assert inner_ids <= outer_ids, f"{inner!r} inside {outer!r} would hide {inner_ids - outer_ids}"
