@@ -246,6 +246,7 @@ class Engine:
                                               gpu=gpu)
             cand.rows.append(row)
         self._fold_gpuless(found)
+        self._fold_hostless(found)
         out = [episode for cand in found.values() for episode in self._episodes(cand)]
         for cand in out:
             if cand.scope == "global":
@@ -292,11 +293,26 @@ class Engine:
                 siblings[0].touch()
                 del found[key]
 
+    @staticmethod
+    def _fold_hostless(found: dict[tuple, Candidate]) -> None:
+        """A host-scoped row without a host (slurmstepd's "Detected 1 oom-kill event(s) in step ...",
+        which names no node) joins the one candidate of the same cause that has a host, when there is
+        exactly one: the same failure, now with its place."""
+        for key, cand in list(found.items()):
+            cause, host, _ = key
+            if cand.scope != "host" or host is not None:
+                continue
+            siblings = [c for (k_cause, k_host, _), c in found.items() if k_cause == cause and k_host is not None]
+            if len(siblings) == 1:
+                siblings[0].rows.extend(cand.rows)
+                siblings[0].touch()
+                del found[key]
+
     # -- relations ---------------------------------------------------------------------------
     def _same_place(self, a: Candidate, b: Candidate) -> bool:
         if a.scope == "global":
             return True
-        if a.host != b.host:
+        if not _same_host(a.host, b.host):
             return False
         if a.gpu and b.gpu and a.gpu != b.gpu:
             known = self.place.known_gpus.get(a.host or "", set())
@@ -363,7 +379,7 @@ class Engine:
                 r = 0.7 if c.host in g.nodes else 0.0
             else:
                 r = 0.5
-        elif g.host == c.host:
+        elif _same_host(g.host, c.host):
             r = 0.8 if (c.gpu and g.gpus and c.gpu not in g.gpus) else 1.0
         elif c.host in self.place.job_hosts and g.host in self.place.job_hosts:
             r = 0.6
@@ -427,7 +443,7 @@ class Engine:
         """The rank that went silent first marks where the failure started."""
         bonus = 0.0
         for loc in locators:
-            if c.host is None or loc["host"] != c.host:
+            if c.host is None or not _same_host(loc["host"], c.host):
                 continue
             if c.scope != "gpu" or c.gpu is None or loc["gpu"] is None or loc["gpu"] == c.gpu:
                 bonus = max(bonus, 0.3)
@@ -460,6 +476,12 @@ def _precedes_in_paste(a: Candidate, b: Candidate) -> bool:
     if shared:
         return any(first_a[art] < first_b[art] for art in shared)
     return all(r["at"] is None for r in a.rows + b.rows)
+
+
+def _same_host(a: str | None, b: str | None) -> bool:
+    """Host names are case-insensitive: srun prints ``Orion-01-01`` where slurmstepd prints
+    ``orion-01-01`` for the same node."""
+    return a == b or (a is not None and b is not None and a.lower() == b.lower())
 
 
 def _paste_order(cause_rows: list[dict[str, Any]], symptom_rows: list[dict[str, Any]]) -> float:

@@ -284,3 +284,20 @@ def test_a_process_that_sees_no_gpu_points_at_the_runtime(tmp_path: Path) -> Non
                   message="RuntimeError: cuda runtime error (100) : no CUDA-capable device is detected")]
     hyp = top(diagnose(tmp_path, rows))
     assert (hyp["cause"], hyp["score"] >= LOW_SCORE) == ("gpu_runtime_misconfigured", True)
+
+
+def test_hostless_oom_line_joins_the_node_named_by_the_step_and_hosts_match_across_case(tmp_path: Path) -> None:
+    """slurmstepd's cgroup line names no node; srun names it Orion-01-01 and the step record
+    orion-01-01: one failure, on one node."""
+    when = datetime(2021, 10, 27, 19, 35, 36)
+    rows = [Event(kind="oom_kill", layer="scheduling", ts=when, line=1, attrs={"job": "3495064", "count": 1},
+                  message="cgroup OOM kill in step 3495064.0 (1 event(s))"),
+            Event(kind="step_killed", layer="scheduling", ts=when, line=2, host="Orion-01-01",
+                  attrs={"job": "3495064", "state": "OUT_OF_MEMORY", "node": "Orion-01-01"},
+                  message="task 4 on Orion-01-01: Out Of Memory"),
+            Event(kind="step_killed", layer="scheduling", ts=when, line=4, host="orion-01-01",
+                  attrs={"job": "3495064", "state": "CANCELLED", "node": "orion-01-01"},
+                  message="step 3495064.0 CANCELLED")]
+    hyps = diagnose(tmp_path, rows)["hypotheses"]
+    assert [(h["cause"], h["host"]) for h in hyps] == [("host_oom_kill", "Orion-01-01")]
+    assert hyps[0]["symptoms"] == ["job_failed"]
