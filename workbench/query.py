@@ -123,11 +123,12 @@ class Page:
 
 
 def page(bundle: Bundle, flt: EventFilter | None = None, *, after: Cursor | None = None,
-         before: Cursor | None = None, at_or_after: Cursor | None = None, limit: int = 200) -> Page:
-    """``limit`` events after ``after`` (or from ``at_or_after``, or ending just before ``before``),
-    in timeline order. Each row carries its ``cursor``."""
+         before: Cursor | None = None, at_or_after: Cursor | None = None, last: bool = False,
+         limit: int = 200) -> Page:
+    """``limit`` events after ``after`` (or from ``at_or_after``, ending just before ``before``, or the
+    ``last`` ones), in timeline order. Each row carries its ``cursor``."""
     where, params = (flt or EventFilter()).where()
-    cond, cparams, backwards = "", [], False
+    cond, cparams, backwards = "", [], last
     if before is not None:
         cond, cparams, backwards = f"{_KEY} < (?, ?, ?, ?)", list(before), True
     elif after is not None:
@@ -150,6 +151,8 @@ def page(bundle: Bundle, flt: EventFilter | None = None, *, after: Cursor | None
         row = _row(values[: len(EVENT_COLUMNS)])
         row["cursor"] = tuple(values[len(EVENT_COLUMNS):])
         rows.append(row)
+    if last:
+        return Page(rows, more_before=more, more_after=False)
     if backwards:
         return Page(rows, more_before=more, more_after=_exists(bundle, flt, f"{_KEY} >= (?, ?, ?, ?)", list(before)))
     started_inside = after is not None or at_or_after is not None

@@ -88,3 +88,10 @@ def test_facets_count_what_the_filters_can_pick(busy_bundle):
         hosts = dict(facets["host"])
         assert sum(hosts.values()) == query.count_events(bundle)
         assert hosts["node02"] == query.count_events(bundle, EventFilter(hosts=("node02",)))
+
+
+def test_the_last_page_ends_with_the_last_event(busy_bundle):
+    with Bundle.open(busy_bundle) as bundle:
+        ids = [r["id"] for r in query.iter_events(bundle)]
+        pg = query.page(bundle, last=True, limit=7)
+        assert [r["id"] for r in pg.rows] == ids[-7:] and pg.more_before and not pg.more_after

@@ -1,0 +1,65 @@
+"""Open the incident cockpit: the Overview names the culprit, every other screen is one key away.
+
+Given a bundle, opens it. Given raw evidence (files, folders, archives), ingests it into a new
+bundle beside the first path (``incident/`` -> ``incident.duckdb``) and opens that; an existing
+bundle of that name is opened as it is. Responder work (notes, verdicts, action items) is written
+to the bundle's journal, signed with --author (default $USER)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from workbench.bundle import Bundle
+from workbench.errors import UsageError
+
+NAME = "open"
+HELP = "open the incident cockpit (terminal UI) on a bundle or on raw evidence"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", metavar="BUNDLE|PATH", nargs="+",
+                        help="a bundle, or raw evidence files/folders/archives to ingest first")
+    parser.add_argument("--author", help="who signs journal entries (default $USER)")
+    parser.add_argument("--theme", choices=("dark", "light"), default="dark")
+    parser.add_argument("--workload", choices=("training", "inference", "mixed", "unknown"),
+                        help="use this playbook instead of the detected one")
+    parser.add_argument("--bundle", metavar="OUT", help="where to write the bundle made from raw evidence")
+
+
+def bundle_for(paths: list[str], out: str | None) -> tuple[Path, bool]:
+    """The bundle to open and whether raw evidence must be ingested into it first."""
+    first = Path(paths[0])
+    if len(paths) == 1 and out is None and first.is_file() and _is_bundle(first):
+        return first, False
+    target = Path(out) if out else first.parent / (first.name.rstrip("/").split(".")[0] + ".duckdb")
+    if target.resolve() == first.resolve():
+        raise UsageError(f"{first} would be overwritten by its own bundle; give --bundle OUT")
+    return target, not target.exists()
+
+
+def _is_bundle(path: Path) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(16)
+    return len(head) >= 12 and head[8:12] == b"DUCK"
+
+
+def run(args: argparse.Namespace) -> int:
+    from workbench.shared_bundle import SharedBundle
+    from workbench.tui.app import Cockpit, default_author
+
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError("gpuwb open needs a terminal (stdin and stdout); use gpuwb analyze or report in scripts")
+    path, ingest = bundle_for(args.paths, args.bundle)
+    if ingest:
+        from workbench.ingest import check_inputs, ingest_paths
+
+        check_inputs(args.paths, None)
+        print(f"ingesting {len(args.paths)} path(s) into {path} ...", flush=True)
+        with Bundle.create(path, title=Path(args.paths[0]).name) as bundle:
+            results = ingest_paths(bundle, args.paths)
+        print(f"{len(results)} files ingested", flush=True)
+    store = SharedBundle(path, args.author or default_author())
+    Cockpit(store, workload=args.workload, theme=args.theme).run()
+    return 0

@@ -1,0 +1,155 @@
+"""The cockpit application: one bundle, its analysis, the screens, the global keys."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.reactive import reactive
+from textual.screen import Screen
+
+from workbench import report
+from workbench.findings import Analysis, Hypothesis
+from workbench.shared_bundle import SharedBundle
+from workbench.tui.screens import all_specs
+from workbench.tui.screens.base import Spec
+
+CSS_PATH = "cockpit.tcss"
+
+
+def default_author() -> str:
+    """Who signs this responder's journal entries when ``--author`` is not given."""
+    return os.environ.get("GPUWB_AUTHOR") or os.environ.get("USER") or os.environ.get("LOGNAME") or "responder"
+
+
+class Cockpit(App):
+    """``gpuwb open``: Overview first; every other screen one key away."""
+
+    TITLE = "gpuwb"
+    CSS_PATH = CSS_PATH
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    BINDINGS = [
+        Binding("q", "quit", "quit", priority=False),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("escape", "back", "back", show=False),
+    ]
+
+    analysis: reactive[Analysis | None] = reactive(None, always_update=True)
+    model: reactive[dict | None] = reactive(None, always_update=True)
+    """The postmortem model (header, impact, layers with the journal merged): the Overview's numbers
+    and the Report screen's text come from here, so they cannot disagree with the written report."""
+    journal_version: reactive[int] = reactive(0)
+    analysis_error: reactive[str | None] = reactive(None)
+    evidence_target: reactive[tuple[str, int | None] | None] = reactive(None, always_update=True)
+    """(artifact sha256, line) the Evidence screen shows; set by :meth:`open_evidence`."""
+    playbook_layer: reactive[str | None] = reactive(None, always_update=True)
+    """The layer the Playbook screen selects; set by :meth:`show_layer` (keys 1-5)."""
+
+    def __init__(self, store: SharedBundle, *, workload: str | None = None, theme: str = "dark",
+                 analysis: Analysis | None = None) -> None:
+        self.store = store
+        self.workload = workload
+        self.specs: list[Spec] = all_specs()
+        self._given = analysis
+        self._history: list[str] = []
+        super().__init__()
+        self.theme = "textual-light" if theme == "light" else "textual-dark"
+        for spec in self.specs:
+            self.add_mode(spec.name, spec.factory)
+            self._bindings.bind(spec.key, f"show('{spec.name}')", spec.title.lower(), show=spec.order < 100)
+
+    @property
+    def author(self) -> str:
+        return self.store.author
+
+    def on_mount(self) -> None:
+        self.sub_title = str(self.store.path)
+        self.switch_mode(self.specs[0].name)
+        if self._given is not None:
+            self.analysis = self._given
+            self.refresh_model()
+        else:
+            self.run_analysis()
+
+    # -- data ------------------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="analysis")
+    def run_analysis(self, workload: str | None = None) -> None:
+        """Analyze in the background: the first paint must not wait for the engine."""
+        from workbench import findings
+
+        try:
+            with self.store.read() as bundle:
+                result = findings.run(bundle, workload=workload or self.workload)
+                model = report.build(bundle, analysis=result.to_json())
+        except Exception as exc:  # the cockpit still shows the evidence, and says why the analysis is missing
+            self.call_from_thread(setattr, self, "analysis_error", f"{type(exc).__name__}: {exc}")
+            return
+        self.call_from_thread(self._analysis_done, result, model)
+
+    def _analysis_done(self, result: Analysis, model: dict) -> None:
+        self.analysis = result
+        self.model = model
+
+    @work(thread=True, exclusive=True, group="model")
+    def refresh_model(self) -> None:
+        """Rebuild the postmortem model after a journal write (verdicts, times, root cause)."""
+        if self.analysis is None:
+            return
+        with self.store.read() as bundle:
+            model = report.build(bundle, analysis=self.analysis.to_json())
+        self.call_from_thread(setattr, self, "model", model)
+
+    def journal_written(self) -> None:
+        """Screens call this after writing through ``workbench.journal``."""
+        self.journal_version += 1
+        self.refresh_model()
+
+    def top(self) -> Hypothesis | None:
+        return self.analysis.top if self.analysis else None
+
+    # -- actions -----------------------------------------------------------------------------------
+    def action_show(self, name: str) -> None:
+        if self.current_mode != name:
+            self._history.append(self.current_mode)
+            self.switch_mode(name)
+
+    def open_evidence(self, artifact: str, line: int | None) -> None:
+        """Show an artifact's raw text at ``line`` (Esc comes back)."""
+        self.evidence_target = (artifact, line)
+        self.action_show("evidence")
+
+    def show_layer(self, layer: str) -> None:
+        """Walk to a layer of the playbook."""
+        self.playbook_layer = layer
+        self.action_show("playbook")
+
+    def action_help(self) -> None:
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
+        else:
+            self.action_show_help_panel()
+
+    async def action_back(self) -> None:
+        if len(self.screen_stack) > 1:
+            self.pop_screen()
+        elif self._history:
+            self.switch_mode(self._history.pop())
+        elif self.current_mode != self.specs[0].name:
+            self.switch_mode(self.specs[0].name)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Every action of the cockpit in the command palette: the screens, then the screen's own."""
+        for spec in self.specs:
+            yield SystemCommand(f"Go to {spec.title}", f"switch to the {spec.title} screen ({spec.key})",
+                                lambda name=spec.name: self.action_show(name))
+        for binding in screen.active_bindings.values():
+            b = binding.binding
+            if b.description and binding.node is screen:
+                yield SystemCommand(b.description.capitalize(), f"key {b.key_display or b.key}",
+                                    lambda action=b.action: self.run_action(action, screen))
+        yield SystemCommand("Light theme", "switch to the light theme", lambda: setattr(self, "theme", "textual-light"))
+        yield SystemCommand("Dark theme", "switch to the dark theme", lambda: setattr(self, "theme", "textual-dark"))
+        yield SystemCommand("Quit", "leave the cockpit (q)", self.exit)

@@ -1,0 +1,185 @@
+"""Evidence: the raw artifact with line numbers, opened at an event's line, with its hash and provenance.
+
+Huge artifacts are read a chunk at a time (:class:`workbench.artifact_text.ArtifactText`): the
+table holds a window of lines around the cursor and loads the next window at its edges. Without a
+target it lists the bundle's artifacts to pick from.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import DataTable, Footer, Input, Static
+
+from workbench.artifact_text import ArtifactText
+from workbench.bundle import BundleError
+from workbench.tui.screens.base import CockpitScreen, Spec
+from workbench.tui.text import clip
+
+BEFORE = 40
+AFTER = 160
+EDGE = 3
+
+
+class EvidenceScreen(CockpitScreen):
+    """Raw lines of one artifact, or the list of artifacts."""
+
+    BINDINGS = [
+        Binding("slash", "search", "search", key_display="/"),
+        Binding("n", "find_next", "next match"),
+        Binding("N", "find_previous", "prev match"),
+        Binding("f", "artifacts", "files"),
+        Binding("enter", "pick", "open", show=False),
+        Binding("home", "top", "top", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reader: ArtifactText | None = None
+        self.lines: list[tuple[int, str]] = []
+        self.target: int | None = None
+        self.needle = ""
+        self._artifacts: list[dict] = []
+        self._loading = False
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="provenance")
+        yield Input(placeholder="search this artifact (enter finds, n/N next/previous, esc closes)", id="search",
+                    classes="-hidden")
+        yield DataTable(id="lines", cursor_type="row")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.watch(self.app, "evidence_target", self._on_target, init=True)
+
+    def _on_target(self, target: tuple[str, int | None] | None) -> None:
+        if target is None:
+            self.action_artifacts()
+        else:
+            self.show(*target)
+
+    # -- one artifact -----------------------------------------------------------------------------
+    def show(self, sha256: str, line: int | None) -> None:
+        try:
+            self.reader = ArtifactText(self.store, sha256)
+        except BundleError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.target = line
+        self._paint_provenance()
+        self._load(line or 1)
+
+    def _paint_provenance(self) -> None:
+        meta = self.reader.meta if self.reader else None
+        if meta is None:
+            return
+        size = f"{meta.size:,} bytes" + (f", {meta.lines:,} lines" if meta.lines is not None else "")
+        text = Text.assemble((meta.source, "bold"), f"  {meta.kind} · host {meta.host or '-'} · collector "
+                             f"{meta.collector or 'ingest'} · captured {meta.captured_at or '?'} · {size}\n",
+                             ("sha256 ", "dim"), meta.sha256)
+        if meta.aliases:
+            text.append("\nalso handed over as: " + ", ".join(
+                f"{a.get('host') or '-'}:{a.get('source')}" for a in meta.aliases[:4]), "dim")
+        if self.target is not None:
+            text.append(f"\nline {self.target} is the event's line (▶)", "dim")
+        self.query_one("#provenance", Static).update(text)
+
+    def _load(self, around: int) -> None:
+        if self.reader is None:
+            return
+        start = max(1, around - BEFORE)
+        self.lines = self.reader.lines(start, BEFORE + AFTER)
+        table = self.query_one("#lines", DataTable)
+        self._loading = True
+        table.clear(columns=True)
+        table.add_column("line", width=8, key="n")
+        table.add_column("text", key="text")
+        for number, body in self.lines:
+            mark = "▶" if number == self.target else " "
+            style = "bold reverse" if number == self.target else ""
+            hit = self.needle and self.needle.lower() in body.lower()
+            table.add_row(Text(f"{mark}{number:>6}", style), Text(clip(body, 2000), style or ("bold" if hit else "")),
+                          key=str(number))
+        index = next((i for i, (n, _) in enumerate(self.lines) if n >= around), max(0, len(self.lines) - 1))
+        if self.lines:
+            table.move_cursor(row=index, animate=False)
+        self._loading = False
+        table.focus()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if self._loading or self.reader is None or not self.lines:
+            return
+        row = event.cursor_row
+        first, last = self.lines[0][0], self.lines[-1][0]
+        if row >= len(self.lines) - EDGE and len(self.lines) == BEFORE + AFTER:
+            self._load(last - EDGE + 1)
+        elif row < EDGE and first > 1:
+            self._load(self.lines[row][0])
+
+    # -- the artifact list ----------------------------------------------------------------------------
+    def action_artifacts(self) -> None:
+        with self.store.read() as bundle:
+            self._artifacts = bundle.artifacts()
+        self.reader = None
+        self.query_one("#provenance", Static).update(Text(f"{len(self._artifacts)} artifacts in this bundle "
+                                                          "(enter opens one)", "bold"))
+        table = self.query_one("#lines", DataTable)
+        table.clear(columns=True)
+        for name in ("host", "source", "kind", "size", "events", "sha256"):
+            table.add_column(name, key=name)
+        for a in self._artifacts:
+            table.add_row(a["host"] or "-", clip(a["source"], 60), a["kind"], f"{a['size']:,}",
+                          str(a["events"] if a["events"] is not None else "-"), a["sha256"][:12], key=a["sha256"])
+        table.focus()
+
+    def action_pick(self) -> None:
+        if self.reader is not None or not self._artifacts:
+            return
+        table = self.query_one("#lines", DataTable)
+        chosen = self._artifacts[min(table.cursor_row, len(self._artifacts) - 1)]
+        self.show(chosen["sha256"], None)
+
+    def action_top(self) -> None:
+        self._load(1)
+
+    # -- search --------------------------------------------------------------------------------------
+    def action_search(self) -> None:
+        box = self.query_one("#search", Input)
+        box.remove_class("-hidden")
+        box.value = self.needle
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.needle = event.value.strip()
+        event.input.add_class("-hidden")
+        self.query_one("#lines", DataTable).focus()
+        self._find(backwards=False)
+
+    def on_key(self, event) -> None:
+        box = self.query_one("#search", Input)
+        if event.key == "escape" and box.has_focus:
+            box.add_class("-hidden")
+            self.query_one("#lines", DataTable).focus()
+            event.stop()
+
+    def action_find_next(self) -> None:
+        self._find(backwards=False)
+
+    def action_find_previous(self) -> None:
+        self._find(backwards=True)
+
+    def _find(self, *, backwards: bool) -> None:
+        if self.reader is None or not self.needle:
+            return
+        table = self.query_one("#lines", DataTable)
+        here = self.lines[table.cursor_row][0] if self.lines else 1
+        found = self.reader.find(self.needle, after=here, backwards=backwards)
+        if found is None:
+            self.notify(f"{self.needle!r} not found {'above' if backwards else 'below'} line {here}")
+            return
+        self._load(found)
+
+
+SCREEN = Spec(name="evidence", key="e", title="Evidence", order=30, factory=EvidenceScreen)

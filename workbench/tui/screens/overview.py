@@ -1,0 +1,280 @@
+"""Overview: what broke, where, which layer, and what we don't know — without a key pressed.
+
+The order of the panels is the order of a responder's questions: is it still burning (title,
+status, impact), what broke where (ranked causes with host, GPU, rank), which layer (the strip),
+where to look next (evidence of the selected cause, the playbook's next step), and what the bundle
+cannot tell (capture gaps).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import DataTable, Footer, Static
+
+from collectors.vocabulary import LAYER_TITLES, LAYERS, VERDICT_MARKS
+from workbench import query
+from workbench.findings import Analysis, Hypothesis
+from workbench.tui.screens.base import CockpitScreen, Spec
+from workbench.tui.text import clip, short_time, sparkline, verdict_style
+
+ACTIVITY_COLUMNS = 48
+SHORT_LAYER = {"business": "biz", "scheduling": "sched", "gpu": "gpu", "network_storage": "net", "hardware": "hw"}
+
+
+class OverviewScreen(CockpitScreen):
+    """The incident at a glance."""
+
+    BINDINGS = [
+        Binding("enter", "open_evidence", "open raw line", show=False),
+        Binding("e", "open_evidence", "evidence"),
+        Binding("1", "layer('business')", "layer 1", show=False),
+        Binding("2", "layer('scheduling')", "layer 2", show=False),
+        Binding("3", "layer('gpu')", "layer 3", show=False),
+        Binding("4", "layer('network_storage')", "layer 4", show=False),
+        Binding("5", "layer('hardware')", "layer 5", show=False),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="head")
+        yield Static(id="layers", classes="panel")
+        with Horizontal(id="middle"):
+            yield DataTable(id="hypotheses", classes="panel", cursor_type="row", zebra_stripes=False)
+            yield Static(id="activity", classes="panel")
+        yield DataTable(id="evidence", classes="panel", cursor_type="row")
+        with Horizontal(id="bottom"):
+            yield Static(id="next", classes="panel")
+            yield Static(id="unknown", classes="panel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        hyps = self.query_one("#hypotheses", DataTable)
+        hyps.border_title = "Root cause, ranked"
+        hyps.add_columns("score", "cause", "where", "first seen")
+        ev = self.query_one("#evidence", DataTable)
+        ev.border_title = "Evidence (enter: open raw line)"
+        ev.add_columns("time", "host", "source", "line")
+        self.query_one("#layers").border_title = "Layers"
+        self.query_one("#activity").border_title = "Activity per host (key events)"
+        self.query_one("#next").border_title = "Next in the playbook"
+        self.query_one("#unknown").border_title = "What we don't know"
+        self._paint_facts()
+        super().on_mount()
+        self.watch(self.app, "model", self._on_model, init=True)
+        self.watch(self.app, "analysis_error", self._on_error, init=True)
+        hyps.focus()
+
+    # -- the parts that need no analysis: painted at once -------------------------------------
+    def _paint_facts(self) -> None:
+        with self.store.read() as bundle:
+            meta = bundle.meta()
+            hosts = query.facets(bundle, limit=1000)["host"]
+            coverage = bundle.coverage()
+        self._title = meta.get("title") or str(self.store.path.name)
+        self._hosts = [h for h, _ in hosts]
+        self.query_one("#head", Static).update(Text.assemble(
+            ("gpuwb · ", "bold"), (self._title, "bold"), f"   {len(self._hosts)} hosts · analysing…"))
+        gaps = [f"{c['collector']}{' on ' + c['host'] if c.get('host') else ''}: {c['status']}"
+                f"{' (' + c['reason'] + ')' if c.get('reason') else ''}"
+                for c in coverage if c.get("status") not in ("ok", "collected")]
+        self._gaps = gaps
+
+    # -- the rest, when the analysis arrives ----------------------------------------------------
+    def _on_error(self, error: str | None) -> None:
+        if error:
+            self.query_one("#head", Static).update(Text(f"gpuwb · {self._title}   analysis failed: {error}",
+                                                        style="bold red"))
+
+    def analysis_changed(self, analysis: Analysis | None) -> None:
+        if analysis is None:
+            return
+        self._paint_layers(analysis)
+        self._paint_hypotheses(analysis)
+        self._paint_activity(analysis)
+        self._paint_next(analysis)
+
+    def journal_changed(self) -> None:
+        if self.analysis is not None:
+            self._paint_next(self.analysis)
+
+    def _on_model(self, model: dict[str, Any] | None) -> None:
+        if model is None or self.analysis is None:
+            return
+        self._paint_head(self.analysis, model)
+        self._paint_layers(self.analysis, model)
+        self._paint_unknown(model)
+
+    def _paint_head(self, analysis: Analysis, model: dict[str, Any]) -> None:
+        header, impact = model["header"], model.get("impact") or {}
+        gpus = len(impact.get("gpus") or [])
+        severity = header.get("severity") or "not set"
+        right = (f"{analysis.workload} · {_count(len(impact.get('hosts') or self._hosts), 'host')} · "
+                 f"{_count(impact.get('rank_count') or 0, 'rank')} · {_count(gpus, 'GPU')} with errors · "
+                 f"{severity if severity.startswith('SEV') else 'severity ' + severity} · {header.get('status', '')}")
+        line1 = Text.assemble(("gpuwb · ", "bold"), (header.get("title") or self._title, "bold"), "   ", right)
+        parts = [f"window {short_time(impact.get('start'))} → {short_time(impact.get('end'))}"]
+        if impact.get("duration"):
+            parts[0] += f" ({str(impact['duration']).split('.')[0]})"
+        times = model.get("times") or {}
+        for which in ("detection", "mitigation", "recovery"):
+            t = times.get(which) if isinstance(times, dict) else None
+            if isinstance(t, dict) and t.get("offset"):
+                parts.append(f"{which[:-3] if which != 'recovery' else 'recovered'}ed {t['offset']}")
+        training = impact.get("training") or {}
+        if training.get("gpu_hours") is not None:
+            parts.append(f"{training['gpu_hours']} GPU-h lost since {training.get('basis', 'start')}")
+        inference = impact.get("inference") or {}
+        if inference.get("slo_breach"):
+            parts.append(str(inference["slo_breach"]))
+        self.query_one("#head", Static).update(Text("\n").join([line1, Text(" · ".join(parts))]))
+
+    def _paint_layers(self, analysis: Analysis, model: dict[str, Any] | None = None) -> None:
+        decided = {row["layer"]: row for row in (model or {}).get("layers") or []}
+        narrow = self.size.width < 120
+        strip = Text()
+        focus = _focus_layer(analysis)
+        for n, layer in enumerate(LAYERS, start=1):
+            verdict = decided.get(layer, {}).get("verdict") or analysis.layer_verdicts.get(layer, "no_evidence")
+            name = SHORT_LAYER[layer] if narrow else f"{n} {LAYER_TITLES[layer]}"
+            word = VERDICT_MARKS[verdict] if narrow else f"{VERDICT_MARKS[verdict]} {verdict.replace('_', ' ')}"
+            strip.append(f"{name} ", "bold" if layer == focus else "")
+            strip.append(word, verdict_style(verdict))
+            if decided.get(layer, {}).get("overridden"):
+                strip.append(" (by " + str(decided[layer].get("by") or "responder") + ")", "italic")
+            if layer == focus:
+                strip.append(" ◀", "bold")
+            strip.append("   ")
+        self.query_one("#layers", Static).update(strip)
+
+    def _paint_hypotheses(self, analysis: Analysis) -> None:
+        table = self.query_one("#hypotheses", DataTable)
+        table.clear()
+        if not analysis.hypotheses:
+            table.add_row("", Text("no root cause ranked: walk the playbook (p)", "italic"), "", "")
+        for h in analysis.hypotheses:
+            mark = "▶ " if h.rank == 1 else "  "
+            table.add_row(Text(f"{mark}{h.score:.2f}", "bold" if h.rank == 1 else ""),
+                          Text(f"{h.layer}/{h.cause}", "bold" if h.rank == 1 else ""), h.where,
+                          short_time(h.first_seen), key=str(h.rank))
+        self._show_evidence(analysis.top)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id != "hypotheses" or self.analysis is None or event.row_key.value is None:
+            return
+        rank = int(event.row_key.value)
+        self._show_evidence(next((h for h in self.analysis.hypotheses if h.rank == rank), None))
+
+    def _show_evidence(self, h: Hypothesis | None) -> None:
+        table = self.query_one("#evidence", DataTable)
+        table.clear()
+        self._evidence = list(h.evidence) if h else []
+        table.border_title = (f"Evidence for #{h.rank} {h.cause} (enter: open raw line)" if h else "Evidence")
+        for n, e in enumerate(self._evidence):
+            table.add_row(short_time(e.ts, seconds=True), e.host or "-", e.source or "-", clip(e.text, 160),
+                          key=str(n))
+
+    def _paint_activity(self, analysis: Analysis) -> None:
+        start, end = _incident_window(analysis)
+        if start is None or end is None:
+            self.query_one("#activity", Static).update(Text("no dated events", "italic"))
+            return
+        width = self.query_one("#activity").content_size.width
+        columns = max(12, min(ACTIVITY_COLUMNS, width - 12)) if width else ACTIVITY_COLUMNS
+        bucket_s = max(1.0, (end - start).total_seconds() / columns)
+        with self.store.read() as bundle:
+            rows = query.event_density(bundle, since=start, until=end, bucket_s=bucket_s, max_lanes=64)
+        per_host: dict[str, list[int]] = {}
+        for host, _layer, b, n, _sev in rows:
+            if 0 <= b < columns:
+                per_host.setdefault(host, [0] * columns)[b] += n
+        culprit = analysis.top.host if analysis.top else None
+        first = analysis.first_anomaly
+        out = Text(f"1 col = {_span(bucket_s)} from {short_time(start)}\n", "dim")
+        for host in sorted(per_host, key=lambda h: (h == "-", h))[:12]:
+            out.append(f"{clip(host if host != '-' else '(no host)', 10):<10} ", "bold" if host == culprit else "")
+            out.append(sparkline(per_host[host]), "red" if host == culprit else "")
+            if first and first.host == host:
+                out.append(" ◀ first", "bold")
+            out.append("\n")
+        if first and first.ts:
+            out.append(f"first anomaly {short_time(first.ts, seconds=True)} on {first.host or '-'}", "bold")
+        self.query_one("#activity", Static).update(out)
+
+    def _paint_next(self, analysis: Analysis) -> None:
+        out = Text()
+        marks = {"ok": ("✓", "green"), "attention": ("!", "yellow"), "todo": ("☐", "")}
+        for step in analysis.stage0[:4]:
+            mark, style = marks.get(step.status or "todo", ("☐", ""))
+            out.append(f"stage 0  {mark} ", style)
+            out.append(clip(step.title, 60) + "\n")
+        focus = _focus_layer(analysis)
+        if focus:
+            out.append(f"layer {LAYERS.index(focus) + 1}  ▶ {LAYER_TITLES[focus]}: ", "bold")
+            out.append(clip(analysis.layer_focus.get(focus) or "review its checks (p)", 80))
+        self.query_one("#next", Static).update(out)
+
+    def _paint_unknown(self, model: dict[str, Any]) -> None:
+        lines = list(self._gaps)
+        if self.analysis and self.analysis.window[0] is None:
+            lines.append("no dated evidence: times unknown")
+        if not lines:
+            lines = ["every collector ran; no gap recorded"]
+        self.query_one("#unknown", Static).update(Text(" · ".join(lines)))
+
+    # -- actions --------------------------------------------------------------------------------
+    def action_open_evidence(self) -> None:
+        table = self.query_one("#evidence", DataTable)
+        evidence = getattr(self, "_evidence", [])
+        if not evidence:
+            self.notify("no evidence line to open", severity="warning")
+            return
+        row = table.cursor_row if self.focused is table else 0
+        e = evidence[min(max(row, 0), len(evidence) - 1)]
+        if e.artifact is None:
+            self.notify("this evidence was derived; it has no raw line", severity="warning")
+            return
+        self.cockpit.open_evidence(e.artifact, e.line)
+
+    def action_layer(self, layer: str) -> None:
+        self.cockpit.show_layer(layer)
+
+
+def _focus_layer(analysis: Analysis) -> str | None:
+    """The layer to look at now: the top hypothesis' layer, else the worst one."""
+    if analysis.top is not None:
+        return analysis.top.layer
+    order = {"fault": 3, "suspect": 2, "clear": 1, "no_evidence": 0}
+    worst = max(LAYERS, key=lambda layer: order[analysis.layer_verdicts.get(layer, "no_evidence")])
+    return worst if analysis.layer_verdicts.get(worst) in ("fault", "suspect") else None
+
+
+def _incident_window(analysis: Analysis) -> tuple[datetime | None, datetime | None]:
+    """Around the incident rather than the whole bundle: boot lines from days earlier would squash
+    the interesting minutes into one column."""
+    first = analysis.first_anomaly.ts if analysis.first_anomaly else None
+    start, end = analysis.window
+    if first is not None:
+        start = max(start or first, first - timedelta(minutes=15))
+    if start is not None and end is not None and end - start > timedelta(hours=6):
+        end = start + timedelta(hours=6)
+    return start, end
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+SCREEN = Spec(name="overview", key="o", title="Overview", order=0, factory=OverviewScreen)

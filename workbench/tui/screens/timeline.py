@@ -1,0 +1,251 @@
+"""Timeline: every event of every source, merged in time, paged from the bundle.
+
+The table never holds more than a window of rows around the cursor; moving past either edge loads
+the next window by keyset (:func:`workbench.query.page`), so a bundle of millions of events scrolls
+as smoothly as one of a hundred. Filters are typed in one line (``/``), lnav/k9s style:
+``host:node03 layer:gpu sev:error rank:19 since:09:10 xid`` — words with a ``name:`` narrow that
+facet, the rest is searched in the message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import DataTable, Footer, Input, Static
+
+from workbench import query
+from workbench.errors import InputError
+from workbench.findings import Analysis
+from workbench.query import Cursor, EventFilter
+from workbench.timeline_filter import describe, parse_filter
+from workbench.tui.screens.base import CockpitScreen, Spec
+from workbench.tui.text import clip, severity_style
+
+WINDOW_BEFORE = 60
+WINDOW_AFTER = 140
+EDGE = 3
+ERRORS = ("error", "critical")
+
+
+class TimelineScreen(CockpitScreen):
+    """The merged timeline with filters, jumps and a way down to the raw line."""
+
+    BINDINGS = [
+        Binding("slash", "search", "filter", key_display="/"),
+        Binding("enter", "open", "raw line"),
+        Binding("right_square_bracket", "next_error", "next error", key_display="]"),
+        Binding("left_square_bracket", "previous_error", "prev error", key_display="["),
+        Binding("a", "first_anomaly", "first anomaly"),
+        Binding("x", "clear", "clear filters"),
+        Binding("n", "note", "note"),
+        Binding("home", "start", "start", show=False),
+        Binding("end", "end", "end", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flt = EventFilter()
+        self.filter_text = ""
+        self.rows: list[dict[str, Any]] = []
+        self.more_before = False
+        self.more_after = False
+        self.offset = 0
+        self.total = 0
+        self._loading = False
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="filters")
+        yield Input(placeholder="host:H layer:L source:S kind:K sev:S rank:N gpu:G since:T until:T text…  "
+                    "(enter applies, esc closes)", id="search", classes="-hidden")
+        yield DataTable(id="events", cursor_type="row")
+        yield Static(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#events", DataTable)
+        table.add_column("time", width=20, key="time")
+        table.add_column("host", width=10, key="host")
+        table.add_column("source", width=10, key="source")
+        table.add_column("layer", width=10, key="layer")
+        table.add_column("kind", width=18, key="kind")
+        table.add_column("message", key="message")
+        self.load_window(None)
+        super().on_mount()
+        table.focus()
+
+    def analysis_changed(self, analysis: Analysis | None) -> None:
+        self._paint_filters()
+
+    # -- loading --------------------------------------------------------------------------------
+    def load_window(self, anchor: Cursor | None, *, at_end: bool = False) -> None:
+        """Fill the table with the rows around ``anchor`` (None: the start) and put the cursor on it."""
+        with self.store.read() as bundle:
+            if at_end:
+                pg = query.page(bundle, self.flt, last=True, limit=WINDOW_BEFORE + WINDOW_AFTER)
+                rows, head_more, tail_more, target = pg.rows, pg.more_before, False, len(pg.rows) - 1
+            elif anchor is None:
+                pg = query.page(bundle, self.flt, limit=WINDOW_BEFORE + WINDOW_AFTER)
+                rows, head_more, tail_more, target = pg.rows, False, pg.more_after, 0
+            else:
+                back = query.page(bundle, self.flt, before=anchor, limit=WINDOW_BEFORE)
+                ahead = query.page(bundle, self.flt, at_or_after=anchor, limit=WINDOW_AFTER)
+                rows = back.rows + ahead.rows
+                head_more, tail_more = back.more_before, ahead.more_after
+                target = len(back.rows) if ahead.rows else max(0, len(rows) - 1)
+            self.total = query.count_events(bundle, self.flt)
+            self.offset = query.position(bundle, self.flt, rows[0]["cursor"]) if rows else 0
+        self.rows, self.more_before, self.more_after = rows, head_more, tail_more
+        self._fill(target)
+
+    def _fill(self, target: int) -> None:
+        table = self.query_one("#events", DataTable)
+        self._loading = True
+        table.clear()
+        for n, row in enumerate(self.rows):
+            table.add_row(*_cells(row), key=str(n))
+        if self.rows:
+            table.move_cursor(row=min(target, len(self.rows) - 1), animate=False)
+        self._loading = False
+        self._paint_filters()
+        self._paint_status()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if self._loading or not self.rows:
+            return
+        row = event.cursor_row
+        if row >= len(self.rows) - EDGE and self.more_after or row < EDGE and self.more_before:
+            self.load_window(self.rows[row]["cursor"])
+        else:
+            self._paint_status()
+
+    def selected(self) -> dict[str, Any] | None:
+        table = self.query_one("#events", DataTable)
+        if not self.rows:
+            return None
+        return self.rows[min(max(table.cursor_row, 0), len(self.rows) - 1)]
+
+    # -- painting ----------------------------------------------------------------------------------
+    def _paint_filters(self) -> None:
+        text = Text.assemble(("filter ", "bold"), describe(self.flt) or "none (/ to filter, x clears)")
+        self.query_one("#filters", Static).update(text)
+
+    def _paint_status(self) -> None:
+        table = self.query_one("#events", DataTable)
+        here = self.offset + table.cursor_row + 1 if self.rows else 0
+        row = self.selected()
+        where = ""
+        if row:
+            where = f" · {row['source'] or '-'}"
+            if row["artifact"]:
+                where += f" {row['artifact'][:8]}:{row['line'] if row['line'] is not None else '-'}"
+            if row["ts_approx"]:
+                where += " · time approximate (~)"
+        self.query_one("#status", Static).update(f"row {here:,} of {self.total:,}{where}")
+
+    # -- actions -------------------------------------------------------------------------------------
+    def action_search(self) -> None:
+        box = self.query_one("#search", Input)
+        box.remove_class("-hidden")
+        box.value = self.filter_text
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "search":
+            return
+        self.apply_filter(event.value)
+
+    def apply_filter(self, text: str) -> None:
+        """Parse and apply a filter line; a bad one is said in one line and changes nothing."""
+        analysis = self.analysis
+        try:
+            flt = parse_filter(text, reference=analysis.window[1] if analysis else None)
+        except InputError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        anchor = self.selected()
+        self.flt, self.filter_text = flt, text
+        box = self.query_one("#search", Input)
+        box.add_class("-hidden")
+        self.load_window(anchor["cursor"] if anchor else None)
+        self.query_one("#events", DataTable).focus()
+
+    def on_key(self, event: Any) -> None:
+        box = self.query_one("#search", Input)
+        if event.key == "escape" and box.has_focus:
+            box.add_class("-hidden")
+            self.query_one("#events", DataTable).focus()
+            event.stop()
+
+    def action_clear(self) -> None:
+        self.apply_filter("")
+
+    def action_open(self) -> None:
+        row = self.selected()
+        if row is None:
+            return
+        if not row["artifact"]:
+            self.notify(f"derived by {row['source']}: no raw line; its evidence is in the message", severity="warning")
+            return
+        self.cockpit.open_evidence(row["artifact"], row["line"])
+
+    def _jump_error(self, backwards: bool) -> None:
+        row = self.selected()
+        with self.store.read() as bundle:
+            found = query.seek(bundle, self.flt, after=row["cursor"] if row else None, severities=ERRORS,
+                               backwards=backwards)
+        if found is None:
+            self.notify(f"no {'earlier' if backwards else 'later'} error", severity="information")
+            return
+        self.load_window(found)
+
+    def action_next_error(self) -> None:
+        self._jump_error(False)
+
+    def action_previous_error(self) -> None:
+        self._jump_error(True)
+
+    def action_first_anomaly(self) -> None:
+        first = self.analysis.first_anomaly if self.analysis else None
+        if first is None or first.ts is None:
+            self.notify("the analysis found no first anomaly", severity="warning")
+            return
+        self.load_window(query.cursor_at(first.ts))
+
+    def action_start(self) -> None:
+        self.load_window(None)
+
+    def action_end(self) -> None:
+        self.load_window(None, at_end=True)
+
+    def action_note(self) -> None:
+        from workbench import journal
+        from workbench.tui.dialogs import NoteDialog
+
+        row = self.selected()
+        pinned = f"{row['ts'] or '?'} {row['host'] or '-'} {clip(row['message'], 60)}" if row else None
+
+        def write(text: str | None) -> None:
+            if not text:
+                return
+            with self.store.write() as bundle:
+                journal.add_note(bundle, self.cockpit.author, text, ts=row["ts"] if row else None)
+            self.cockpit.journal_written()
+            self.notify("note saved")
+
+        self.app.push_screen(NoteDialog(pinned), write)
+
+
+def _cells(row: dict[str, Any]) -> tuple[Text | str, ...]:
+    ts = row["ts"]
+    when = ts.strftime("%m-%d %H:%M:%S.%f")[:-3] if ts else "undated"
+    if row["ts_approx"]:
+        when = "~" + when
+    style = severity_style(row["severity"])
+    return (when, clip(row["host"] or "-", 10), clip(row["source"] or "-", 10), clip(row["layer"] or "-", 10),
+            Text(clip(row["kind"], 18), style), Text(clip(row["message"], 300), style))
+
+
+SCREEN = Spec(name="timeline", key="t", title="Timeline", order=10, factory=TimelineScreen)
