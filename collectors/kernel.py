@@ -21,10 +21,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any, BinaryIO
 
-from collectors._framing import Framed
 from collectors._kernel_lines import STAMPED, Classifier, Prefix, Record, Stamp, exact, resolve, split_prefix
-from collectors._signatures import catalog as signature_catalog
-from collectors._signatures import event_of
 from collectors.base import MAX_LINE_BYTES, Artifact, CaptureContext, Event, ParseContext, Row, Skipped
 
 NAME = "kernel"
@@ -285,6 +282,9 @@ class _Parser:
         self.prefilter = _Prefilter()
         self.np = self.prefilter.np
         self.classifier = Classifier()
+        # deferred: live capture imports this module on a bare node and never parses there
+        from collectors._signatures import catalog as signature_catalog
+
         try:
             self.signatures = signature_catalog()
         except (ImportError, OSError, ValueError):  # a broken catalog or RE2 install must not cost the kernel's events
@@ -468,6 +468,9 @@ class _Parser:
         sig, attrs = found
         if sig.kind in written or written.intersection(sig.parsed_as):
             return
+        from collectors._framing import Framed
+        from collectors._signatures import event_of
+
         if stamp is None:
             stamp = resolve(pre, self.ctx, use_boot=self.kind != "pstore")
         framed = Framed(line=line, message=message, ts=stamp.ts, ts_approx=stamp.approx, ts_raw=stamp.raw,
