@@ -37,8 +37,8 @@ class EvidenceScreen(CockpitScreen):
     def __init__(self) -> None:
         super().__init__()
         self.reader: ArtifactText | None = None
-        self.lines: list[tuple[int, str]] = []
-        self.target: int | None = None
+        self.shown: list[tuple[int, str]] = []
+        self.target_line: int | None = None
         self.needle = ""
         self._artifacts: list[dict] = []
         self._loading = False
@@ -67,7 +67,7 @@ class EvidenceScreen(CockpitScreen):
         except BundleError as exc:
             self.notify(str(exc), severity="error")
             return
-        self.target = line
+        self.target_line = line
         self._paint_provenance()
         self._load(line or 1)
 
@@ -82,41 +82,41 @@ class EvidenceScreen(CockpitScreen):
         if meta.aliases:
             text.append("\nalso handed over as: " + ", ".join(
                 f"{a.get('host') or '-'}:{a.get('source')}" for a in meta.aliases[:4]), "dim")
-        if self.target is not None:
-            text.append(f"\nline {self.target} is the event's line (▶)", "dim")
+        if self.target_line is not None:
+            text.append(f"\nline {self.target_line} is the event's line (▶)", "dim")
         self.query_one("#provenance", Static).update(text)
 
     def _load(self, around: int) -> None:
         if self.reader is None:
             return
         start = max(1, around - BEFORE)
-        self.lines = self.reader.lines(start, BEFORE + AFTER)
+        self.shown = self.reader.lines(start, BEFORE + AFTER)
         table = self.query_one("#lines", DataTable)
         self._loading = True
         table.clear(columns=True)
         table.add_column("line", width=8, key="n")
         table.add_column("text", key="text")
-        for number, body in self.lines:
-            mark = "▶" if number == self.target else " "
-            style = "bold reverse" if number == self.target else ""
+        for number, body in self.shown:
+            mark = "▶" if number == self.target_line else " "
+            style = "bold reverse" if number == self.target_line else ""
             hit = self.needle and self.needle.lower() in body.lower()
             table.add_row(Text(f"{mark}{number:>6}", style), Text(clip(body, 2000), style or ("bold" if hit else "")),
                           key=str(number))
-        index = next((i for i, (n, _) in enumerate(self.lines) if n >= around), max(0, len(self.lines) - 1))
-        if self.lines:
+        index = next((i for i, (n, _) in enumerate(self.shown) if n >= around), max(0, len(self.shown) - 1))
+        if self.shown:
             table.move_cursor(row=index, animate=False)
         self._loading = False
         table.focus()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if self._loading or self.reader is None or not self.lines:
+        if self._loading or self.reader is None or not self.shown:
             return
         row = event.cursor_row
-        first, last = self.lines[0][0], self.lines[-1][0]
-        if row >= len(self.lines) - EDGE and len(self.lines) == BEFORE + AFTER:
+        first, last = self.shown[0][0], self.shown[-1][0]
+        if row >= len(self.shown) - EDGE and len(self.shown) == BEFORE + AFTER:
             self._load(last - EDGE + 1)
         elif row < EDGE and first > 1:
-            self._load(self.lines[row][0])
+            self._load(self.shown[row][0])
 
     # -- the artifact list ----------------------------------------------------------------------------
     def action_artifacts(self) -> None:
@@ -133,6 +133,9 @@ class EvidenceScreen(CockpitScreen):
             table.add_row(a["host"] or "-", clip(a["source"], 60), a["kind"], f"{a['size']:,}",
                           str(a["events"] if a["events"] is not None else "-"), a["sha256"][:12], key=a["sha256"])
         table.focus()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_pick()
 
     def action_pick(self) -> None:
         if self.reader is not None or not self._artifacts:
@@ -174,7 +177,7 @@ class EvidenceScreen(CockpitScreen):
         if self.reader is None or not self.needle:
             return
         table = self.query_one("#lines", DataTable)
-        here = self.lines[table.cursor_row][0] if self.lines else 1
+        here = self.shown[table.cursor_row][0] if self.shown else 1
         found = self.reader.find(self.needle, after=here, backwards=backwards)
         if found is None:
             self.notify(f"{self.needle!r} not found {'above' if backwards else 'below'} line {here}")

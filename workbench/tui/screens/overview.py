@@ -169,6 +169,13 @@ class OverviewScreen(CockpitScreen):
         rank = int(event.row_key.value)
         self._show_evidence(next((h for h in self.analysis.hypotheses if h.rank == rank), None))
 
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a cause goes down to its evidence; Enter on an evidence line opens it raw."""
+        if event.data_table.id == "hypotheses":
+            self.query_one("#evidence", DataTable).focus()
+        elif event.data_table.id == "evidence":
+            self.action_open_evidence()
+
     def _show_evidence(self, h: Hypothesis | None) -> None:
         table = self.query_one("#evidence", DataTable)
         table.clear()

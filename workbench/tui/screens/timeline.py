@@ -49,11 +49,11 @@ class TimelineScreen(CockpitScreen):
         super().__init__()
         self.flt = EventFilter()
         self.filter_text = ""
-        self.rows: list[dict[str, Any]] = []
+        self.window_rows: list[dict[str, Any]] = []
         self.more_before = False
         self.more_after = False
-        self.offset = 0
-        self.total = 0
+        self.window_start = 0
+        self.match_count = 0
         self._loading = False
 
     def compose(self) -> ComposeResult:
@@ -95,37 +95,40 @@ class TimelineScreen(CockpitScreen):
                 rows = back.rows + ahead.rows
                 head_more, tail_more = back.more_before, ahead.more_after
                 target = len(back.rows) if ahead.rows else max(0, len(rows) - 1)
-            self.total = query.count_events(bundle, self.flt)
-            self.offset = query.position(bundle, self.flt, rows[0]["cursor"]) if rows else 0
-        self.rows, self.more_before, self.more_after = rows, head_more, tail_more
+            self.match_count = query.count_events(bundle, self.flt)
+            self.window_start = query.position(bundle, self.flt, rows[0]["cursor"]) if rows else 0
+        self.window_rows, self.more_before, self.more_after = rows, head_more, tail_more
         self._fill(target)
 
     def _fill(self, target: int) -> None:
         table = self.query_one("#events", DataTable)
         self._loading = True
         table.clear()
-        for n, row in enumerate(self.rows):
+        for n, row in enumerate(self.window_rows):
             table.add_row(*_cells(row), key=str(n))
-        if self.rows:
-            table.move_cursor(row=min(target, len(self.rows) - 1), animate=False)
+        if self.window_rows:
+            table.move_cursor(row=min(target, len(self.window_rows) - 1), animate=False)
         self._loading = False
         self._paint_filters()
         self._paint_status()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if self._loading or not self.rows:
+        if self._loading or not self.window_rows:
             return
         row = event.cursor_row
-        if row >= len(self.rows) - EDGE and self.more_after or row < EDGE and self.more_before:
-            self.load_window(self.rows[row]["cursor"])
+        if row >= len(self.window_rows) - EDGE and self.more_after or row < EDGE and self.more_before:
+            self.load_window(self.window_rows[row]["cursor"])
         else:
             self._paint_status()
 
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open()
+
     def selected(self) -> dict[str, Any] | None:
         table = self.query_one("#events", DataTable)
-        if not self.rows:
+        if not self.window_rows:
             return None
-        return self.rows[min(max(table.cursor_row, 0), len(self.rows) - 1)]
+        return self.window_rows[min(max(table.cursor_row, 0), len(self.window_rows) - 1)]
 
     # -- painting ----------------------------------------------------------------------------------
     def _paint_filters(self) -> None:
@@ -134,7 +137,7 @@ class TimelineScreen(CockpitScreen):
 
     def _paint_status(self) -> None:
         table = self.query_one("#events", DataTable)
-        here = self.offset + table.cursor_row + 1 if self.rows else 0
+        here = self.window_start + table.cursor_row + 1 if self.window_rows else 0
         row = self.selected()
         where = ""
         if row:
@@ -143,7 +146,7 @@ class TimelineScreen(CockpitScreen):
                 where += f" {row['artifact'][:8]}:{row['line'] if row['line'] is not None else '-'}"
             if row["ts_approx"]:
                 where += " · time approximate (~)"
-        self.query_one("#status", Static).update(f"row {here:,} of {self.total:,}{where}")
+        self.query_one("#status", Static).update(f"row {here:,} of {self.match_count:,}{where}")
 
     # -- actions -------------------------------------------------------------------------------------
     def action_search(self) -> None:
