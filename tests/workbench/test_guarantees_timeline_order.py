@@ -54,6 +54,29 @@ def _assert_timeline_order(rows: list[dict], count: int) -> None:
             assert before["line"] <= after["line"], "file order lost among events at one instant"
 
 
+def _walk(bundle: Bundle, size: int, count: int) -> tuple[list[dict], list[dict]]:
+    """Keyset pages, first to last, then back from the last event to the first; a page that repeats
+    rows fails, never loops."""
+    forward, cursor = [], None
+    for _ in range(count + 1):
+        chunk = query.page(bundle, after=cursor, limit=size)
+        forward += chunk.rows
+        if not chunk.more_after:
+            break
+        cursor = chunk.last
+    cursor = forward[-1]["cursor"]
+    backward_pages = [[forward[-1]]]
+    for _ in range(count + 1):
+        chunk = query.page(bundle, before=cursor, limit=size)
+        if not chunk.rows:
+            break
+        backward_pages.insert(0, chunk.rows)
+        if not chunk.more_before:
+            break
+        cursor = chunk.first
+    return forward, [r for rows in backward_pages for r in rows]
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=_events, batch=st.integers(1, 7), page_size=st.integers(1, 7))
 def test_every_reader_returns_the_timeline_in_time_order(events, batch, page_size):
@@ -63,6 +86,7 @@ def test_every_reader_returns_the_timeline_in_time_order(events, batch, page_siz
         with Bundle.open(path) as bundle:
             listed = query.events(bundle)
             streamed = list(query.iter_events(bundle, batch=batch))
+            forward, backward = _walk(bundle, page_size, len(events))
             offsets = [r for n in range(0, len(events), page_size)
                        for r in query.events(bundle, limit=page_size, offset=n)]
         code, out, err = run_cli("timeline", path, "--json")
@@ -72,6 +96,8 @@ def test_every_reader_returns_the_timeline_in_time_order(events, batch, page_siz
     order = [r["message"] for r in listed]
     assert [r["message"] for r in streamed] == order
     assert [r["message"] for r in offsets] == order
+    assert [r["message"] for r in forward] == order
+    assert [r["message"] for r in backward] == order
     assert [r["message"] for r in printed] == order
     assert [r["ts"] for r in printed] == [r["ts"].isoformat(timespec="microseconds") + "Z" if r["ts"] else None
                                           for r in listed]
