@@ -19,8 +19,10 @@ HELP = "build realistic built-in incidents, analyze them and write their postmor
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", default="gpuwb-demo", help="output folder (default ./gpuwb-demo)")
     parser.add_argument("--only", choices=("training", "inference"), help="build just one of the incidents")
-    parser.add_argument("--no-open", action="store_true",
-                        help="only print the analysis and the report paths (the default until the TUI exists)")
+    parser.add_argument("--no-tui", "--no-open", dest="no_tui", action="store_true",
+                        help="only print the analysis and the report paths; without it, the cockpit opens on the "
+                        "training incident when stdin and stdout are terminals")
+    parser.add_argument("--author", help="who signs journal entries made in the cockpit (default $USER)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     prepare(out)
     started = time.monotonic()
+    opened = None
     for scenario in SCENARIOS:
         if args.only and scenario.name != args.only:
             continue
@@ -43,6 +46,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"  postmortem: {result.markdown}")
         print(f"              {result.html}")
         print(f"  ({result.seconds:.1f} s)\n", flush=True)
-    print(f"Done in {time.monotonic() - started:.1f} s. Next: gpuwb timeline {out}/training/incident.duckdb, "
-          f"gpuwb report ... -f html, gpuwb export ... --parquet DIR")
+        if opened is None:
+            opened = result
+    print(f"Done in {time.monotonic() - started:.1f} s. Next: gpuwb open {out}/training/incident.duckdb, "
+          f"gpuwb timeline ..., gpuwb report ... -f html, gpuwb export ... --parquet DIR")
+    if opened is not None and not args.no_tui and sys.stdin.isatty() and sys.stdout.isatty():
+        _open_cockpit(opened, args.author)
     return 0
+
+
+def _open_cockpit(result, author: str | None) -> None:
+    """The first incident built, in the cockpit, with the analysis the demo already made."""
+    from workbench.findings import Analysis
+    from workbench.shared_bundle import SharedBundle
+    from workbench.tui.app import Cockpit, default_author
+
+    store = SharedBundle(result.bundle, author or default_author())
+    Cockpit(store, analysis=Analysis.from_json(result.analysis)).run()

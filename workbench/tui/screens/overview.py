@@ -191,7 +191,7 @@ class OverviewScreen(CockpitScreen):
             self.query_one("#activity", Static).update(Text("no dated events", "italic"))
             return
         width = self.query_one("#activity").content_size.width
-        columns = max(12, min(ACTIVITY_COLUMNS, width - 12)) if width else ACTIVITY_COLUMNS
+        columns = max(12, min(ACTIVITY_COLUMNS, width - 20)) if width else ACTIVITY_COLUMNS
         bucket_s = max(1.0, (end - start).total_seconds() / columns)
         with self.store.read() as bundle:
             rows = query.event_density(bundle, since=start, until=end, bucket_s=bucket_s, max_lanes=64)
