@@ -301,3 +301,24 @@ def test_hostless_oom_line_joins_the_node_named_by_the_step_and_hosts_match_acro
     hyps = diagnose(tmp_path, rows)["hypotheses"]
     assert [(h["cause"], h["host"]) for h in hyps] == [("host_oom_kill", "Orion-01-01")]
     assert hyps[0]["symptoms"] == ["job_failed"]
+
+
+def test_a_context_switch_timeout_of_the_process_that_faulted_is_the_faults_not_a_hang(tmp_path: Path) -> None:
+    rows = [Event(kind="xid", layer="gpu", line=4, gpu="0001:00:00.0", attrs={"xid": 31, "pid": 37803},
+                  message="NVRM: Xid (PCI:0001:00:00): 31, pid=37803, name=[pytest-xdist r, channel 0x00000201, "
+                          "intr 00000000. MMU Fault: ENGINE GRAPHICS GPC0 GPCCLIENT_T1_0 faulted @ 0x70a2_c8000000."),
+            Event(kind="xid", layer="gpu", line=7, gpu="0001:00:00.0", attrs={"xid": 109, "pid": 37803},
+                  message="NVRM: Xid (PCI:0001:00:00): 109, pid=37803, ... CTX SWITCH TIMEOUT")]
+    assert top(diagnose(tmp_path, rows))["cause"] == "app_gpu_fault"
+    other = tmp_path / "other"
+    other.mkdir()
+    rows[1] = Event(kind="xid", layer="gpu", line=7, gpu="0001:00:00.0", attrs={"xid": 109, "pid": 4242},
+                    message="NVRM: Xid (PCI:0001:00:00): 109, pid=4242, ... CTX SWITCH TIMEOUT")
+    assert top(diagnose(other, rows))["cause"] == "gpu_hang"
+    stamped = tmp_path / "stamped"
+    stamped.mkdir()
+    rows = [Event(kind="xid", layer="gpu", line=9, gpu="0001:00:00.0", ts=T0, attrs={"xid": 31, "pid": 37803},
+                  message="NVRM: Xid (PCI:0001:00:00): 31, pid=37803, MMU Fault"),
+            Event(kind="xid", layer="gpu", line=2, gpu="0001:00:00.0", ts=T0 + timedelta(seconds=5),
+                  attrs={"xid": 109, "pid": 37803}, message="NVRM: Xid (PCI:0001:00:00): 109, pid=37803, CTX SWITCH")]
+    assert top(diagnose(stamped, rows))["cause"] == "app_gpu_fault"
