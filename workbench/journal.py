@@ -9,6 +9,8 @@ Journal kinds (``kind``, ``target``, ``body``):
 
     note        ""                          {text, ts?}      ts: the moment the note is about
     verdict     LAYER                       {verdict, reason}
+    check_verdict  CHECK id (checks.yaml)   {verdict, reason, layer}   the responder's word on one
+                                            check; the layer is the check's, for grouping
     root_cause  "incident"                  {cause, host, gpu, text}
     action      item id ("A1", ...)         {title, owner, priority, status, due, source}; later
                                             rows for the same id carry only the changed fields
@@ -77,6 +79,8 @@ class JournalState:
     notes: list[Entry] = field(default_factory=list)
     verdicts: dict[str, Entry] = field(default_factory=dict)
     verdict_history: dict[str, list[Entry]] = field(default_factory=dict)
+    check_verdicts: dict[str, Entry] = field(default_factory=dict)
+    check_verdict_history: dict[str, list[Entry]] = field(default_factory=dict)
     root_cause: Entry | None = None
     actions: list[ActionItem] = field(default_factory=list)
     summary: Entry | None = None
@@ -129,6 +133,20 @@ def set_verdict(bundle: Bundle, author: str, layer: str, verdict: str, reason: s
     _choice(layer, LAYERS, "layer")
     _choice(verdict, VERDICTS, "verdict")
     return _append(bundle, author, "verdict", layer, {"verdict": verdict, "reason": reason}, at)
+
+
+def set_check_verdict(bundle: Bundle, author: str, check: str, verdict: str, reason: str = "", *,
+                      at: datetime | None = None) -> int:
+    """Confirm or override the engine's verdict on one playbook check; reviewing every check of a
+    layer is what lets a responder call the layer clear without having to say why."""
+    from workbench.playbook import load_library  # the check catalog, only when a check is judged
+
+    known = load_library()[0].get(check)
+    if known is None:
+        raise InputError(f"unknown check {check!r}; see playbooks/checks.yaml")
+    _choice(verdict, VERDICTS, "verdict")
+    return _append(bundle, author, "check_verdict", check,
+                   {"verdict": verdict, "reason": reason, "layer": known.layer}, at)
 
 
 def mark_root_cause(bundle: Bundle, author: str, cause: str, *, host: str | None = None, gpu: str | None = None,
@@ -239,6 +257,9 @@ def state(bundle: Bundle) -> JournalState:
         elif e.kind == "verdict":
             out.verdicts[e.target] = e
             out.verdict_history.setdefault(e.target, []).append(e)
+        elif e.kind == "check_verdict":
+            out.check_verdicts[e.target] = e
+            out.check_verdict_history.setdefault(e.target, []).append(e)
         elif e.kind == "root_cause":
             out.root_cause = e
         elif e.kind == "summary":

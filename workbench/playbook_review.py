@@ -1,0 +1,55 @@
+"""What a responder reviews in the playbook: a check's evidence rows, and which checks still wait.
+
+The Playbook screen shows the rows behind a check's verdict. They come from the same SQL, with the
+same per-workload parameters and the same keeping of the strongest and earliest rows per place, as
+the engine ran (:func:`workbench.playbook.evaluate_check`), so what the responder reads is what the
+verdict was made of. The review rule lives here too: a layer is not called clear by accident while
+one of its checks has no confirmation or override.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.bundle import Bundle
+from workbench.errors import InputError
+from workbench.findings import Analysis, Check
+from workbench.journal import JournalState
+from workbench.playbook import Presence, evaluate_check, load_playbook, prepare
+
+
+@dataclass(frozen=True)
+class CheckRows:
+    """A check's evidence as the engine kept it: rows strongest first, the exact count, any error."""
+
+    check: str
+    rows: list[dict[str, Any]]
+    total: int
+    error: str | None
+
+
+def check_rows(bundle: Bundle, workload: str, check_id: str) -> CheckRows:
+    """Run one check of ``workload``'s playbook (training, inference, mixed, unknown) over the bundle."""
+    check = next((c for c in load_playbook(workload).checks() if c.id == check_id), None)
+    if check is None:
+        raise InputError(f"check {check_id!r} is not in the {workload} playbook")
+    con = bundle.con
+    prepare(con)
+    result = evaluate_check(con, check, Presence.of(con))
+    rows = sorted(result.rows, key=lambda r: (-float(r["strength"] or 0), r["ts"] is None, r["ts"] or 0))
+    return CheckRows(check=check_id, rows=rows, total=result.total, error=result.error)
+
+
+def unreviewed(analysis: Analysis, state: JournalState, layer: str) -> list[Check]:
+    """The layer's checks no responder has confirmed or overridden yet, in playbook order."""
+    return [c for c in analysis.checks_in(layer) if c.id not in state.check_verdicts]
+
+
+def clear_needs_reason(analysis: Analysis, state: JournalState, layer: str) -> str | None:
+    """Why calling ``layer`` clear needs the responder to say why, or None when it does not."""
+    waiting = unreviewed(analysis, state, layer)
+    if not waiting:
+        return None
+    names = ", ".join(c.title for c in waiting[:3]) + (f" and {len(waiting) - 3} more" if len(waiting) > 3 else "")
+    return f"{len(waiting)} check(s) of this layer not reviewed yet ({names}): say why it is clear anyway"
