@@ -1,0 +1,125 @@
+"""docs/ says what the code does: its links lead somewhere, its generated pages are current, and the CLI
+contract lists every sub-command and exit status the command line has."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+
+from tests.conftest import ROOT
+from workbench import cli
+
+DOCS = ROOT / "docs"
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+"""A Markdown inline link's target; images are not links to follow."""
+
+
+def _causes_doc() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("causes_doc", ROOT / "scripts" / "causes_doc.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def doc_pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+
+
+def relative_links(page: Path) -> list[str]:
+    """Targets of a page's links that point into the repository (no scheme, not a bare #anchor)."""
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    return [t for t in LINK.findall(text) if not re.match(r"[a-z][a-z0-9+.-]*:", t) and not t.startswith("#")]
+
+
+def broken_links(page: Path, root: Path = ROOT) -> list[str]:
+    """Links to a file that does not exist, or that lies outside ``root``."""
+    broken = []
+    for target in relative_links(page):
+        path = (page.parent / target.split("#", 1)[0]).resolve()
+        if not path.exists() or not (path == root or root in path.parents):
+            broken.append(f"{page.relative_to(root)} -> {target}")
+    return broken
+
+
+def documented_exit_codes() -> set[int]:
+    """Exit statuses the command line can end with: those its module docstring names ("exit 2") and
+    every integer ``main`` returns, directly or through a module constant (EX_SOFTWARE)."""
+    tree = ast.parse(Path(cli.__file__).read_text(encoding="utf-8"))
+    constants = {node.targets[0].id: node.value.value for node in tree.body
+                 if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int)}
+    main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
+    codes = {int(c) for c in re.findall(r"\bexit (\d+)", ast.get_docstring(tree) or "")}
+    for node in ast.walk(main):
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int):
+            codes.add(node.value.value)
+        elif isinstance(node, ast.Return) and isinstance(node.value, ast.Name) and node.value.id in constants:
+            codes.add(constants[node.value.id])
+    return codes
+
+
+def test_the_docs_pages_exist_and_the_readme_points_at_them() -> None:
+    names = {p.name for p in DOCS.glob("*.md")}
+    assert {"README.md", "data-flow.md", "bundle.md", "cli.md", "conventions.md", "causes.md", "extending.md",
+            "events.md"} <= names
+    assert any(t.startswith("docs/") for t in relative_links(ROOT / "README.md"))
+    index_targets = {t.split("#", 1)[0] for t in relative_links(DOCS / "README.md")}
+    assert names - {"README.md"} <= index_targets
+
+
+def test_every_relative_link_points_at_an_existing_file() -> None:
+    assert [b for page in doc_pages() for b in broken_links(page)] == []
+
+
+def test_the_link_checker_sees_a_broken_link(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    (root / "README.md").write_text("# r\n", encoding="utf-8")
+    (tmp_path / "outside.md").write_text("# o\n", encoding="utf-8")
+    page = root / "docs" / "page.md"
+    page.write_text("[ok](../README.md#x) [gone](missing.md#x) [web](https://example.org) [top](#here)\n"
+                    "[out](../../outside.md) ![img](pic.png)\n```\n[code](not-a-link.md)\n```\n", encoding="utf-8")
+    assert relative_links(page) == ["../README.md#x", "missing.md#x", "../../outside.md"]
+    assert broken_links(page, root) == ["docs/page.md -> missing.md#x", "docs/page.md -> ../../outside.md"]
+
+
+def test_every_sub_command_is_in_the_cli_contract() -> None:
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    commands = cli.build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert len(commands) >= 10
+    missing = [name for name in commands if f"## `gpuwb {name}" not in text]
+    assert missing == []
+
+
+def test_every_exit_status_is_in_the_cli_contract() -> None:
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    codes = documented_exit_codes() | {1}  # 1: verify's "altered", returned by the verify command
+    assert {0, 2, 70} <= codes
+    missing = [code for code in sorted(codes) if f"| `{code}` |" not in text]
+    assert missing == []
+
+
+def test_docs_causes_md_is_what_the_catalog_generates() -> None:
+    """Regenerate with ``python scripts/causes_doc.py`` after editing playbooks/causes.yaml."""
+    assert (DOCS / "causes.md").read_text(encoding="utf-8") == _causes_doc().causes_markdown()
+
+
+def test_the_causes_page_lists_every_cause_in_its_layer() -> None:
+    from workbench.causes import load_causes
+
+    text = (DOCS / "causes.md").read_text(encoding="utf-8")
+    sections = dict(re.findall(r"^## [^\n]*\(`(\w+)`\)\n(.*?)(?=^## |\Z)", text, flags=re.S | re.M))
+    for cid, entry in load_causes().items():
+        assert f"| `{cid}` | {entry['title']} | {entry['scope']} |" in sections[entry["layer"]]
+
+
+def test_first_sentence_stops_at_a_full_stop_not_inside_one() -> None:
+    first = _causes_doc().first_sentence
+    assert first("Slurm ended it (\"CANCELLED ... DUE TO TIME LIMIT\"). Raise it.") == \
+        "Slurm ended it (\"CANCELLED ... DUE TO TIME LIMIT\")."
+    assert first("One line,\n  wrapped. Second.") == "One line, wrapped."
+    assert first("No stop at all") == "No stop at all"
