@@ -1,0 +1,67 @@
+"""GPUs screen: the GPU the analysis blames is listed first and marked (not only coloured), and choosing a
+GPU shows its samples and its own events."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import DataTable, Static
+
+from tests.workbench.tui.conftest import wait_for
+from workbench.shared_bundle import SharedBundle
+from workbench.tui.app import Cockpit
+from workbench.tui.screens.gpus import GpusScreen, bus_key, strip
+
+
+def _detail(app: Cockpit) -> str:
+    return str(app.screen.query_one("#gpus-detail", Static).render())
+
+
+@pytest.mark.parametrize("size", [(160, 50), (80, 24)])
+async def test_the_blamed_gpu_is_first_and_marked(training_incident, size):
+    app = Cockpit(SharedBundle(training_incident.path, "tester"))
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: app.analysis is not None, seconds=30)
+        await pilot.press("g")
+        await wait_for(pilot, lambda: isinstance(app.screen, GpusScreen))
+        await pilot.pause()
+        top = app.analysis.top
+        assert (top.host, top.gpu) == ("node03", "0000:5d:00.0")
+        table = app.screen.query_one("#gpus-table", DataTable)
+        first = [str(c) for c in table.get_row_at(0)]
+        assert first[0] == "◀ #1" and first[1:3] == ["node03", "0000:5d:00.0"]
+        named = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+        blamed: dict[tuple, int] = {}
+        for h in app.analysis.hypotheses:
+            if h.gpu:
+                blamed.setdefault((h.host, h.gpu), h.rank)  # a GPU named twice carries its best rank
+        blamed = set(blamed.values())
+        assert {int(m.split("#")[1]) for m in named if m} == blamed
+        assert named[: len([m for m in named if m])] == [m for m in named if m]  # every marked row on top
+        assert table.row_count == 32
+        detail = _detail(app)
+        assert "◀ #1" in detail and top.cause in detail
+        assert "no samples" in detail and "Xid" in detail  # off the bus: NVML has nothing, the kernel log does
+        assert table.region.height > 3 and app.screen.query_one("#gpus-detail-box").region.height > 3
+
+
+async def test_moving_to_another_gpu_shows_its_samples(training_incident):
+    app = Cockpit(SharedBundle(training_incident.path, "tester"), analysis=training_incident.analysis)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("g")
+        await wait_for(pilot, lambda: isinstance(app.screen, GpusScreen))
+        table = app.screen.query_one("#gpus-table", DataTable)
+        table.focus()
+        row = next(i for i in range(table.row_count) if not str(table.get_row_at(i)[0]))
+        table.move_cursor(row=row)
+        await pilot.pause()
+        host, gpu = str(table.get_row_at(row)[1]), str(table.get_row_at(row)[2])
+        detail = _detail(app)
+        assert app.screen.query_one("#gpus-detail-box").border_title.endswith(f"{host} {gpu}")
+        assert "temp °C" in detail and "power W" in detail and "of 700 limit" in detail
+        assert "◀" not in detail
+
+
+def test_strip_scales_between_extremes_and_leaves_gaps():
+    assert strip([78, 91, None, 84.5]) == "▁█ ▅"
+    assert strip([5, 5]) == "▁▁" and strip([None]) == " "
+    assert bus_key("00000000:5D:00.0") == bus_key("0000:5d:00.0") == "0000:5d:00.0"
