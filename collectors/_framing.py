@@ -133,6 +133,9 @@ _SYSLOG = re.compile(r"(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) (?P<clock>\d
 _PYLOG = re.compile(rf"(?P<iso>{ISO}) - (?P<name>\S+) - (?P<lvl>[A-Z]+) - ")
 _BRACKET_ISO = re.compile(rf"\[(?P<iso>{ISO})(?P<tag> [^\]]{{1,40}})?\]:? ?")
 _PLAIN_ISO = re.compile(rf"(?P<iso>{ISO})(?: |$)")
+_SEL = re.compile(r"\s{0,4}(?P<record>[0-9a-fA-F]{1,4}) \| (?P<mon>\d\d)/(?P<day>\d\d)/(?P<year>\d{2}|\d{4}) \| "
+                  r"(?P<clock>\d\d:\d\d:\d\d)(?: [A-Z]{2,5})? \| ")
+"""``ipmitool sel list``/``elist``: record id, date and time columns (the BMC's clock, taken as UTC)."""
 _GO_LOG = re.compile(r"(?P<date>\d{4}/\d\d/\d\d) (?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d{1,9}))? ")
 """Go's log package (``2023/10/19 03:11:54 Loading NVML``: the device plugin, ollama, gpud)."""
 _LOGFMT = re.compile(rf"time=\"?(?P<iso>{ISO})\"? level=(?P<lvl>\w+)(?: source=\S+)?(?: msg=\"?)?")
@@ -180,6 +183,8 @@ def _peel_once(text: str, pos: int, out: Framed, wrappers: list[str], timed: boo
         return None
     if pos == 0 and first == "{" and text.startswith('{"log":'):
         return _docker(text, out, wrappers, reference, boot)
+    if pos == 0 and " | " in text[:24] and (m := _SEL.match(text)):
+        return _sel(m, out, wrappers)
     if first in " `~" and _FENCE.match(text, pos):
         wrappers.append("fence")
         return len(text), False
@@ -444,6 +449,18 @@ def _set_ident(out: Framed, m: re.Match[str]) -> None:
     out.program = out.program or m.group("prog")
     if m.group("pid"):
         out.pid = out.pid or int(m.group("pid"))
+
+
+def _sel(m: re.Match[str], out: Framed, wrappers: list[str]) -> tuple[int, bool] | None:
+    year = int(m.group("year"))
+    try:
+        when = datetime(year + 2000 if year < 100 else year, int(m.group("mon")), int(m.group("day")),
+                        *map(int, m.group("clock").split(":")), tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    _set(out, when, m.group(0).strip(" |"), "iso", False)
+    wrappers.append("ipmi_sel")
+    return m.end(), True
 
 
 def _go_time(m: re.Match[str]) -> datetime | None:

@@ -53,6 +53,7 @@ WRAPPED = [
      "level"),
     (f"[Jul 23 2024 07:53:55] [ERROR] {BODY}", "2024-07-23T07:53:55", None, None, None, "fabric_manager"),
     (f"2023/10/19 03:11:54 {BODY}", "2023-10-19T03:11:54", None, None, None, "go_log"),
+    (f"  3a | 12/14/22 | 23:09:44 CET | {BODY}", "2022-12-14T23:09:44", None, None, None, "ipmi_sel"),
     (f'time=2025-03-06T09:55:01.123Z level=ERROR source=server.go:12 msg="{BODY}', "2025-03-06T09:55:01.123000", None,
      None, None, "logfmt"),
     (f"2025-01-02T03:04:05Z stdout F [default1]:[rank9]: {BODY}", "2025-01-02T03:04:05", None, 9, "stdout", "torchrun"),
