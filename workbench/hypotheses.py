@@ -531,9 +531,12 @@ def _downstream(c: Candidate) -> list[Candidate]:
 def describe(c: Candidate, causes: dict[str, dict[str, Any]], groups: list[SymptomGroup],
              ranks: list[int]) -> str:
     """One sentence a responder can read aloud."""
-    where = c.host or "the whole job/service"
-    if c.gpu:
-        where += f" GPU {c.gpu}"
+    if c.host:
+        where = c.host + (f" GPU {c.gpu}" if c.gpu else "")
+    elif c.gpu:
+        where = f"GPU {c.gpu}"
+    else:
+        where = "the whole job/service" if c.scope == "global" else "a host the evidence does not name"
     if ranks:
         where += f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks[:8]))}" \
                  f"{'…' if len(ranks) > 8 else ''})"

@@ -322,3 +322,10 @@ def test_a_context_switch_timeout_of_the_process_that_faulted_is_the_faults_not_
             Event(kind="xid", layer="gpu", line=2, gpu="0001:00:00.0", ts=T0 + timedelta(seconds=5),
                   attrs={"xid": 109, "pid": 37803}, message="NVRM: Xid (PCI:0001:00:00): 109, pid=37803, CTX SWITCH")]
     assert top(diagnose(stamped, rows))["cause"] == "app_gpu_fault"
+
+
+def test_summary_of_a_hostless_gpu_names_the_gpu_not_the_whole_job(tmp_path: Path) -> None:
+    rows = [Event(kind="xid", layer="hardware", line=2, gpu="0000:b3:00.0", attrs={"xid": 79},
+                  message="NVRM: Xid (PCI:0000:b3:00): 79, pid=0, GPU has fallen off the bus.")]
+    summary = top(diagnose(tmp_path, rows))["summary"]
+    assert summary.startswith("GPU fell off the bus on GPU 0000:b3:00.0:"), summary
