@@ -35,13 +35,23 @@ def relative_links(page: Path) -> list[str]:
     return [t for t in LINK.findall(text) if not re.match(r"[a-z][a-z0-9+.-]*:", t) and not t.startswith("#")]
 
 
+def anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a Markdown page's headings: lower case, punctuation dropped, spaces to dashes."""
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            for heading in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
+
+
 def broken_links(page: Path, root: Path = ROOT) -> list[str]:
-    """Links to a file that does not exist, or that lies outside ``root``."""
+    """Links to a file that does not exist or lies outside ``root``, or to a heading a Markdown page lacks."""
     broken = []
     for target in relative_links(page):
-        path = (page.parent / target.split("#", 1)[0]).resolve()
+        file, _, anchor = target.partition("#")
+        path = (page.parent / file).resolve()
         if not path.exists() or not (path == root or root in path.parents):
             broken.append(f"{page.relative_to(root)} -> {target}")
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            broken.append(f"{page.relative_to(root)} -> {target} (no such heading)")
     return broken
 
 
@@ -78,13 +88,16 @@ def test_every_relative_link_points_at_an_existing_file() -> None:
 def test_the_link_checker_sees_a_broken_link(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     (root / "docs").mkdir(parents=True)
-    (root / "README.md").write_text("# r\n", encoding="utf-8")
+    (root / "README.md").write_text("# R\n## The `x` part: here\n", encoding="utf-8")
     (tmp_path / "outside.md").write_text("# o\n", encoding="utf-8")
     page = root / "docs" / "page.md"
-    page.write_text("[ok](../README.md#x) [gone](missing.md#x) [web](https://example.org) [top](#here)\n"
-                    "[out](../../outside.md) ![img](pic.png)\n```\n[code](not-a-link.md)\n```\n", encoding="utf-8")
-    assert relative_links(page) == ["../README.md#x", "missing.md#x", "../../outside.md"]
-    assert broken_links(page, root) == ["docs/page.md -> missing.md#x", "docs/page.md -> ../../outside.md"]
+    page.write_text("[ok](../README.md#the-x-part-here) [gone](missing.md#x) [web](https://example.org) [top](#here)\n"
+                    "[out](../../outside.md) [no heading](../README.md#x) ![img](pic.png)\n"
+                    "```\n[code](not-a-link.md)\n```\n", encoding="utf-8")
+    assert relative_links(page) == ["../README.md#the-x-part-here", "missing.md#x", "../../outside.md",
+                                    "../README.md#x"]
+    assert broken_links(page, root) == ["docs/page.md -> missing.md#x", "docs/page.md -> ../../outside.md",
+                                        "docs/page.md -> ../README.md#x (no such heading)"]
 
 
 def test_every_sub_command_is_in_the_cli_contract() -> None:
