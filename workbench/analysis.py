@@ -1,4 +1,4 @@
-"""``analyze``: the playbook walk over a bundle, as DESIGN.md's analyze JSON object.
+"""``analyze``: the playbook walk over a bundle, as the analyze JSON object of docs/cli.md.
 
 Decide the workload, evaluate every check of its playbook into per-layer verdicts, rank the
 candidate root causes (workbench/hypotheses.py) and name the first anomaly of the winning chain.

@@ -1,6 +1,6 @@
 """The cause catalog (playbooks/causes.yaml): what each root cause id means and what to do about it.
 
-The ids of DESIGN.md are a contract (the analyze JSON, the report, the TUI); the catalog is data so
+The ids of docs/causes.md are a contract (the analyze JSON, the report, the TUI); the catalog is data so
 a responder can read and extend it, and this module refuses a catalog that breaks the contract.
 """
 
@@ -26,7 +26,7 @@ DESIGN_CAUSES: dict[str, tuple[str, ...]] = {
     "hardware": ("gpu_fell_off_bus", "nvlink_error", "pcie_link_degraded", "row_remap_failure", "nvswitch_fault",
                  "thermal_throttling", "power_throttling", "psu_or_fan_failure", "host_hardware_error"),
 }
-"""Cause ids fixed by DESIGN.md, per layer; the catalog may add more, never drop these."""
+"""Cause ids fixed by the first design, per layer (docs/causes.md); the catalog may add more, never drop these."""
 
 SCOPES = ("gpu", "host", "global")
 ACTION_KINDS = ("monitoring", "change_control", "isolation", "drills")

@@ -216,7 +216,7 @@ def _row(values: tuple[Any, ...]) -> dict[str, Any]:
 
 
 def event_json(row: dict[str, Any]) -> dict[str, Any]:
-    """An event in DESIGN.md's ``gpuwb timeline --json`` shape."""
+    """An event in the ``gpuwb timeline --json`` shape (docs/cli.md)."""
     ts = row["ts"]
     return {"ts": ts.isoformat(timespec="microseconds") + "Z" if ts else None,
             "ts_approx": bool(row["ts_approx"]), "host": row["host"], "source": row["source"],

@@ -1,5 +1,5 @@
 """Walk the layered playbook over a bundle: layer verdicts, ranked root-cause hypotheses with their
-evidence lines, and the first anomaly. --json prints DESIGN.md's analyze object."""
+evidence lines, and the first anomaly. --json prints the analyze object of docs/cli.md."""
 
 from __future__ import annotations
 
