@@ -55,7 +55,7 @@ THROTTLE_BITS = {
     0x200: "board_limit",
     0x400: "reliability",
 }
-"""nvmlClocksEventReason* bits, named as DESIGN.md names them."""
+"""nvmlClocksEventReason* bits, named as gpu_sample.throttle_reasons names them (docs/bundle.md)."""
 
 BAD_THROTTLE = ("hw_thermal", "hw_power_brake", "sw_power_cap", "hw_slowdown", "sw_thermal")
 """Reasons that mean the clocks are held back by heat or power, not by idleness or a setting."""
@@ -525,7 +525,7 @@ class HealthTracker:
 
 
 def event_gpu(key: str) -> str | None:
-    """An event's ``gpu`` is a PCI id or null (DESIGN.md); other sample keys go to attrs.gpu_key."""
+    """An event's ``gpu`` is a PCI id or null (docs/cli.md); other sample keys go to attrs.gpu_key."""
     return normalize_pci(key) if key and normalize_pci(key) == key else None
 
 

@@ -4,12 +4,12 @@ Decide the workload, evaluate every check of its playbook into per-layer verdict
 candidate root causes (workbench/hypotheses.py) and name the first anomaly of the winning chain.
 The CLI, the TUI and the report all call ``analyze`` so they cannot disagree.
 
-Beyond DESIGN's keys the object carries: ``impact`` (failure, degradation or none, from the
+Beyond the first design's keys the object carries: ``impact`` (failure, degradation or none, from the
 symptoms), ``playbook`` (workload and title), ``workload_signals``,
 ``clock_offsets`` (host -> seconds subtracted from its times), ``stage0`` and ``recover`` (the
 playbook's steps with what the bundle says about them), ``checks`` (every check with its
 question, why, verdict and row count), ``symptoms`` (symptom groups and the cause that explains
-each) and ``layer_focus``. Hypotheses carry, besides DESIGN's fields, ``consequences`` (downstream
+each) and ``layer_focus``. Hypotheses carry, besides the first design's fields, ``consequences`` (downstream
 causes it led to, e.g. kv_cache_pressure after a traffic surge), ``absorbed`` (causes folded into
 it at the same place, e.g. the PCIe error before an Xid 79), ``explains`` (how many symptom groups
 it explains, its strength and explanatory power) and ``symptom_evidence`` (the earliest lines of each
