@@ -110,7 +110,7 @@ def test_every_sub_command_is_in_the_cli_contract() -> None:
 
 def test_every_exit_status_is_in_the_cli_contract() -> None:
     text = (DOCS / "cli.md").read_text(encoding="utf-8")
-    codes = documented_exit_codes() | {1}  # 1: verify's "altered", returned by the verify command
+    codes = documented_exit_codes() | {1}  # 1: a failed check, returned by verify and export themselves
     assert {0, 2, 70} <= codes
     missing = [code for code in sorted(codes) if f"| `{code}` |" not in text]
     assert missing == []
