@@ -57,6 +57,8 @@ def test_forged_artifact_field_fails_verify_naming_the_artifact(tmp_path, field,
     code, out, _ = run_cli("verify", path)
     assert code == 1, out
     assert f"altered: {sha}" in out and other not in out
+    (named,) = [line for line in out.splitlines() if f"provenance altered: {sha}" in line]
+    assert named.endswith("changed after sealing"), named
 
 
 ALIAS_FIELDS = [("host", "node98"), ("source", "forged"), ("kind", "syslog"), ("collector", "host"),
@@ -163,6 +165,20 @@ def test_verify_rehash_catches_a_truncated_chunk(tmp_path):
         problems = bundle.verify()
     assert problems == [f"artifact altered: {sha} (kernel_log dmesg, host node01): now sha256 "
                         f"{hashlib.sha256(DMESG[:10]).hexdigest()}, 10 bytes"]
+
+
+def test_artifact_added_after_sealing_is_named(tmp_path):
+    path = tmp_path / "b.duckdb"
+    _sealed(path)
+    late = hashlib.sha256(b"late\n").hexdigest()
+    _forge(path, "INSERT INTO artifact (id, sha256, kind, source, size, info) "
+           "VALUES (99, ?, 'unknown', 'late', 5, '{}')", [late])
+    _forge(path, "INSERT INTO artifact_chunk VALUES (99, 0, ?, NULL, 5)", [b"late\n"])
+    code, out, _ = run_cli("verify", path)
+    assert code == 1
+    (named,) = [line for line in out.splitlines() if late in line]
+    assert named.startswith(f"artifact provenance altered: {late} (unknown late, host -): ")
+    assert named.endswith("added after sealing"), named
 
 
 def test_unsealed_bundle_is_reported(tmp_path):
