@@ -109,9 +109,9 @@ class EvidenceScreen(CockpitScreen):
         table.focus()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if self._loading or self.reader is None or not self.shown:
-            return
         row = event.cursor_row
+        if self._loading or self.reader is None or row != event.data_table.cursor_row or not 0 <= row < len(self.shown):
+            return  # queued before the window was refilled, or passed over on the way to the target row
         first, last = self.shown[0][0], self.shown[-1][0]
         if row >= len(self.shown) - EDGE and len(self.shown) == BEFORE + AFTER:
             self._load(last - EDGE + 1)

@@ -27,6 +27,8 @@ from workbench.tui.text import clip, severity_style
 WINDOW_BEFORE = 60
 WINDOW_AFTER = 140
 EDGE = 3
+MESSAGE_WIDTH = 200
+"""Fixed, so the table never measures every row to size the column."""
 ERRORS = ("error", "critical")
 
 
@@ -55,6 +57,8 @@ class TimelineScreen(CockpitScreen):
         self.window_start = 0
         self.match_count = 0
         self._loading = False
+        self._generation = 0
+        self._counted: EventFilter | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="filters")
@@ -71,7 +75,7 @@ class TimelineScreen(CockpitScreen):
         table.add_column("source", width=10, key="source")
         table.add_column("layer", width=10, key="layer")
         table.add_column("kind", width=18, key="kind")
-        table.add_column("message", key="message")
+        table.add_column("message", width=MESSAGE_WIDTH, key="message")
         self.load_window(None)
         super().on_mount()
         table.focus()
@@ -95,7 +99,8 @@ class TimelineScreen(CockpitScreen):
                 rows = back.rows + ahead.rows
                 head_more, tail_more = back.more_before, ahead.more_after
                 target = len(back.rows) if ahead.rows else max(0, len(rows) - 1)
-            self.match_count = query.count_events(bundle, self.flt)
+            if self._counted != self.flt:  # the count changes with the filter, not with scrolling
+                self.match_count, self._counted = query.count_events(bundle, self.flt), self.flt
             self.window_start = query.position(bundle, self.flt, rows[0]["cursor"]) if rows else 0
         self.window_rows, self.more_before, self.more_after = rows, head_more, tail_more
         self._fill(target)
@@ -104,8 +109,9 @@ class TimelineScreen(CockpitScreen):
         table = self.query_one("#events", DataTable)
         self._loading = True
         table.clear()
+        self._generation += 1
         for n, row in enumerate(self.window_rows):
-            table.add_row(*_cells(row), key=str(n))
+            table.add_row(*_cells(row), key=f"{self._generation}:{n}")
         if self.window_rows:
             table.move_cursor(row=min(target, len(self.window_rows) - 1), animate=False)
         self._loading = False
@@ -113,9 +119,12 @@ class TimelineScreen(CockpitScreen):
         self._paint_status()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if self._loading or not self.window_rows:
-            return
         row = event.cursor_row
+        key = event.row_key.value or ""
+        stale = (self._loading or not key.startswith(f"{self._generation}:")
+                 or row != event.data_table.cursor_row or not 0 <= row < len(self.window_rows))
+        if stale:
+            return  # queued before the window was refilled, or passed over on the way to the target row
         if row >= len(self.window_rows) - EDGE and self.more_after or row < EDGE and self.more_before:
             self.load_window(self.window_rows[row]["cursor"])
         else:
@@ -248,7 +257,7 @@ def _cells(row: dict[str, Any]) -> tuple[Text | str, ...]:
         when = "~" + when
     style = severity_style(row["severity"])
     return (when, clip(row["host"] or "-", 10), clip(row["source"] or "-", 10), clip(row["layer"] or "-", 10),
-            Text(clip(row["kind"], 18), style), Text(clip(row["message"], 300), style))
+            Text(clip(row["kind"], 18), style), Text(clip(row["message"], MESSAGE_WIDTH), style))
 
 
 SCREEN = Spec(name="timeline", key="t", title="Timeline", order=10, factory=TimelineScreen)
