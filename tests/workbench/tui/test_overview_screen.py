@@ -55,3 +55,16 @@ async def test_q_quits_cleanly(incident):
         await pilot.press("q")
         await pilot.pause()
     assert app.return_code in (0, None)
+
+
+async def test_the_command_palette_offers_every_screen_and_the_screen_s_own_actions(incident):
+    app = Cockpit(SharedBundle(incident.path, "tester"), analysis=incident.analysis)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.current_mode == "timeline")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert {f"Go to {spec.title}" for spec in app.specs} <= set(titles)
+        assert {"Next error", "First anomaly", "Filter"} <= set(titles)
+        go = next(c for c in app.get_system_commands(app.screen) if c.title == "Go to Overview")
+        go.callback()
+        await wait_for(pilot, lambda: app.current_mode == "overview")

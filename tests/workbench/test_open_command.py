@@ -1,0 +1,44 @@
+"""``gpuwb open``: which bundle it opens, and what it says when it cannot open a terminal UI."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import run_cli
+from workbench.commands.open import bundle_for
+from workbench.errors import UsageError
+
+
+def test_a_bundle_opens_as_it_is(tmp_path):
+    from workbench.bundle import Bundle
+
+    path = tmp_path / "incident.duckdb"
+    Bundle.create(path).close()
+    assert bundle_for([str(path)], None) == (path, False)
+
+
+def test_raw_evidence_gets_a_new_bundle_beside_it_and_reuses_it_next_time(tmp_path):
+    folder = tmp_path / "incident-42"
+    folder.mkdir()
+    (folder / "dmesg.txt").write_text("[    1.0] hello\n")
+    target, ingest = bundle_for([str(folder)], None)
+    assert target == tmp_path / "incident-42.duckdb" and ingest
+    target.write_bytes(b"")  # exists now: opened as it is, never re-ingested over
+    assert bundle_for([str(folder)], None) == (target, False)
+    assert bundle_for([str(folder / "dmesg.txt")], str(tmp_path / "x.duckdb")) == (tmp_path / "x.duckdb", True)
+
+
+def test_a_file_is_never_its_own_bundle(tmp_path):
+    log = tmp_path / "kern.duckdb"
+    log.write_text("not a bundle\n")
+    with pytest.raises(UsageError):
+        bundle_for([str(log)], None)
+
+
+def test_without_a_terminal_it_says_so_in_one_line(tmp_path):
+    from workbench.bundle import Bundle
+
+    path = tmp_path / "b.duckdb"
+    Bundle.create(path).close()
+    code, out, err = run_cli("open", path)
+    assert code == 2 and err.count("\n") == 1 and "needs a terminal" in err and "Traceback" not in err
