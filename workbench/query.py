@@ -199,6 +199,12 @@ def _exists(bundle: Bundle, flt: EventFilter | None, cond: str, cparams: list[An
     return bool(bundle.con.execute(f"SELECT 1 FROM event{where} LIMIT 1", params + cparams).fetchall())
 
 
+def hosts_seen(bundle: Bundle) -> list[str]:
+    """Every host any event names."""
+    return [r[0] for r in bundle.con.execute(
+        "SELECT DISTINCT host FROM event WHERE host IS NOT NULL ORDER BY 1").fetchall()]
+
+
 def facets(bundle: Bundle, limit: int = 200) -> dict[str, list[tuple[Any, int]]]:
     """The values each timeline filter can take, with event counts: what the filter pickers offer."""
     out: dict[str, list[tuple[Any, int]]] = {}
@@ -233,8 +239,7 @@ def summary(bundle: Bundle) -> dict[str, Any]:
     out["artifacts"] = con.execute("SELECT count(*), coalesce(sum(size), 0) FROM artifact").fetchall()[0]
     out["events_by_kind"] = con.execute(
         "SELECT kind, count(*) FROM event GROUP BY kind ORDER BY count(*) DESC, kind").fetchall()
-    out["hosts"] = [r[0] for r in con.execute(
-        "SELECT DISTINCT host FROM event WHERE host IS NOT NULL ORDER BY host").fetchall()]
+    out["hosts"] = hosts_seen(bundle)
     out["window"] = con.execute("SELECT min(ts), max(ts) FROM event").fetchall()[0]
     out["tables"] = {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
                      for t in EVIDENCE_TABLES}

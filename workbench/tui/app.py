@@ -83,23 +83,21 @@ class Cockpit(App):
         try:
             with self.store.read() as bundle:
                 result = findings.run(bundle, workload=workload or self.workload)
-                model = report.build(bundle, analysis=result.to_json())
         except Exception as exc:  # the cockpit still shows the evidence, and says why the analysis is missing
             self.call_from_thread(setattr, self, "analysis_error", f"{type(exc).__name__}: {exc}")
             return
-        self.call_from_thread(self._analysis_done, result, model)
-
-    def _analysis_done(self, result: Analysis, model: dict) -> None:
-        self.analysis = result
-        self.model = model
+        self.call_from_thread(setattr, self, "analysis", result)  # the culprit now, the postmortem numbers next
+        self._build_model(result)
 
     @work(thread=True, exclusive=True, group="model")
     def refresh_model(self) -> None:
         """Rebuild the postmortem model after a journal write (verdicts, times, root cause)."""
-        if self.analysis is None:
-            return
+        if self.analysis is not None:
+            self._build_model(self.analysis)
+
+    def _build_model(self, analysis: Analysis) -> None:
         with self.store.read() as bundle:
-            model = report.build(bundle, analysis=self.analysis.to_json())
+            model = report.build(bundle, analysis=analysis.to_json())
         self.call_from_thread(setattr, self, "model", model)
 
     def journal_written(self) -> None:

@@ -73,10 +73,10 @@ class OverviewScreen(CockpitScreen):
     def _paint_facts(self) -> None:
         with self.store.read() as bundle:
             meta = bundle.meta()
-            hosts = query.facets(bundle, limit=1000)["host"]
+            hosts = query.hosts_seen(bundle)
             coverage = bundle.coverage()
         self._title = meta.get("title") or str(self.store.path.name)
-        self._hosts = [h for h, _ in hosts]
+        self._hosts = hosts
         self.query_one("#head", Static).update(Text.assemble(
             ("gpuwb · ", "bold"), (self._title, "bold"), f"   {len(self._hosts)} hosts · analysing…"))
         gaps = [f"{c['collector']}{' on ' + c['host'] if c.get('host') else ''}: {c['status']}"
