@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import re
 from pathlib import Path
 from types import ModuleType
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
 from workbench import cli
+from workbench.demo import training
 
 DOCS = ROOT / "docs"
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
@@ -147,3 +149,34 @@ def test_first_sentence_stops_at_a_full_stop_not_inside_one() -> None:
         "Slurm ended it (\"CANCELLED ... DUE TO TIME LIMIT\")."
     assert first("One line,\n  wrapped. Second.") == "One line, wrapped."
     assert first("No stop at all") == "No stop at all"
+
+
+def documented_keys(section: str) -> set[str]:
+    """The first-column names of the tables under a heading of docs/cli.md (``| `name` | ...``)."""
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    body = text.split(f"## `gpuwb {section}`", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `(\w+)`", body, flags=re.M)) | {
+        name for cell in re.findall(r"^\| (`\w+`(?:, `\w+`)+) \|", body, flags=re.M)
+        for name in re.findall(r"`(\w+)`", cell)}
+
+
+def test_the_json_contracts_in_cli_md_name_every_key_the_commands_print(tmp_path: Path) -> None:
+    training.write(tmp_path / "evidence")
+    bundle = tmp_path / "b.duckdb"
+    assert run_cli("ingest", bundle, tmp_path / "evidence")[0] == 0
+    code, out, _ = run_cli("timeline", bundle, "--json", "--limit", "5")
+    events = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and events
+    assert set(events[0]) - documented_keys("timeline") == set()
+    code, out, _ = run_cli("analyze", bundle, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["hypotheses"]
+    analyze_keys = documented_keys("analyze")
+    assert set(doc) - analyze_keys == set()
+    assert set(doc["hypotheses"][0]) - analyze_keys == set()
+
+
+def test_documented_keys_reads_single_and_grouped_rows() -> None:
+    keys = documented_keys("analyze")
+    assert {"workload", "first_anomaly", "stage0", "recover", "rank", "score", "symptom_evidence"} <= keys
+    assert "verdict" not in keys  # a word in the text, not a row of a table
