@@ -155,6 +155,20 @@ class FirstAnomaly:
                    text=d.get("text") or "")
 
 
+def iso(ts: datetime | None) -> str | None:
+    """Back to the analysis JSON's spelling (milliseconds, ``Z``)."""
+    return ts.isoformat(timespec="milliseconds") + "Z" if ts else None
+
+
+@dataclass(frozen=True)
+class LayerFinding:
+    """A check the layer's verdict rests on, with how many evidence rows it found."""
+
+    check: str
+    title: str
+    rows: int
+
+
 @dataclass(frozen=True)
 class Analysis:
     """One bundle's analysis: workload, window, verdict per layer, ranked hypotheses, the playbook."""
@@ -171,6 +185,8 @@ class Analysis:
     recover: tuple[Step, ...]
     symptoms: tuple[Symptom, ...]
     layer_focus: dict[str, str]
+    layer_findings: dict[str, tuple[LayerFinding, ...]] = field(default_factory=dict)
+    clock_offsets: dict[str, float] = field(default_factory=dict)
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @classmethod
@@ -187,7 +203,11 @@ class Analysis:
                    stage0=tuple(Step.from_json(s) for s in d.get("stage0") or ()),
                    recover=tuple(Step.from_json(s) for s in d.get("recover") or ()),
                    symptoms=tuple(Symptom.from_json(s) for s in d.get("symptoms") or ()),
-                   layer_focus=dict(d.get("layer_focus") or {}), raw=d)
+                   layer_focus=dict(d.get("layer_focus") or {}),
+                   layer_findings={layer: tuple(LayerFinding(f["check"], f.get("title") or f["check"], int(f["rows"]))
+                                                for f in (info or {}).get("findings") or ())
+                                   for layer, info in layers.items()},
+                   clock_offsets=dict(d.get("clock_offsets") or {}), raw=d)
 
     def to_json(self) -> dict[str, Any]:
         """The ``gpuwb analyze --json`` object this was read from, unchanged."""
@@ -199,6 +219,9 @@ class Analysis:
 
     def checks_in(self, layer: str) -> list[Check]:
         return [c for c in self.checks if c.layer == layer]
+
+    def check(self, check_id: str) -> Check | None:
+        return next((c for c in self.checks if c.id == check_id), None)
 
 
 def run(bundle: Any, workload: str | None = None) -> Analysis:

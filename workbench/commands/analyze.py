@@ -7,10 +7,10 @@ import argparse
 import json
 import sys
 import textwrap
-from typing import Any
 
 from workbench.bundle import Bundle
 from workbench.commands._args import positive_int
+from workbench.findings import Analysis, iso
 from workbench.table import printable
 
 NAME = "analyze"
@@ -34,59 +34,59 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(result, default=str) + "\n")
     else:
-        sys.stdout.write(printable(render(result, top=args.top)))
+        sys.stdout.write(printable(render(Analysis.from_json(result), top=args.top)))
     return 0
 
 
 _MARK = {"fault": "FAULT", "suspect": "suspect", "clear": "clear", "no_evidence": "-"}
 
 
-def render(result: dict[str, Any], *, top: int = 5) -> str:
+def render(result: Analysis, *, top: int = 5) -> str:
     """The analysis as a responder reads it in a terminal."""
     out: list[str] = []
-    window = result["window"]
-    out.append(f"Workload: {result['workload']} ({result['playbook']['title']}), impact: {result['impact']}; "
-               f"window {window['start'] or '?'} .. {window['end'] or '?'}")
-    if result.get("clock_offsets"):
-        out.append("Clock offsets applied: " + ", ".join(f"{h} {s:+.1f}s" for h, s in result["clock_offsets"].items()))
-    first = result["first_anomaly"]
+    start, end = result.window
+    out.append(f"Workload: {result.workload} ({result.playbook_title}), impact: {result.impact}; "
+               f"window {iso(start) or '?'} .. {iso(end) or '?'}")
+    if result.clock_offsets:
+        out.append("Clock offsets applied: " + ", ".join(f"{h} {s:+.1f}s" for h, s in result.clock_offsets.items()))
+    first = result.first_anomaly
     if first:
-        out.append(f"First anomaly: {first['ts']} {first['host'] or '-'} [{first['layer']}] {first['kind']}: "
-                   f"{first['text'][:160]}")
+        out.append(f"First anomaly: {iso(first.ts)} {first.host or '-'} [{first.layer}] {first.kind}: "
+                   f"{first.text[:160]}")
     else:
         out.append("First anomaly: none found")
     out.append("")
     out.append("Stage 0 (stop the loss, keep the scene):")
-    for step in result["stage0"]:
-        out.append(f"  [{step['status']:>9}] {step['title']}")
-        for ev in step["evidence"][:3]:
+    for step in result.stage0:
+        out.append(f"  [{step.status:>9}] {step.title}")
+        for ev in step.evidence[:3]:
             out.append(f"              {ev['ts'] or '?'} {ev['host'] or '-'}: {(ev['text'] or '')[:110]}")
     out.append("")
     out.append("Layers:")
-    checks = {c["id"]: c for c in result["checks"]}
-    for layer, info in result["layers"].items():
-        out.append(f"  {layer:<16} {_MARK[info['verdict']]}")
-        for finding in info["findings"]:
-            verdict = checks.get(finding["check"], {}).get("verdict", "")
-            if finding["rows"] or verdict in ("fault", "suspect"):
-                out.append(f"      {_MARK.get(verdict, verdict):<8} {finding['title']} ({finding['rows']} rows)")
+    for layer, findings in result.layer_findings.items():
+        out.append(f"  {layer:<16} {_MARK[result.layer_verdicts.get(layer, 'no_evidence')]}")
+        for finding in findings:
+            check = result.check(finding.check)
+            verdict = check.verdict if check else ""
+            if finding.rows or verdict in ("fault", "suspect"):
+                out.append(f"      {_MARK.get(verdict, verdict):<8} {finding.title} ({finding.rows} rows)")
     out.append("")
-    hyps = result["hypotheses"][:top]
-    if not hyps or hyps[0]["score"] < 0.2:
+    hyps = result.hypotheses[:top]
+    if not hyps or hyps[0].score < 0.2:
         out.append("No root cause stands out (no hypothesis scores 0.2 or more).")
     for h in hyps:
-        where = h["host"] or "-"
-        if h["gpu"]:
-            where += f" {h['gpu']}"
-        if h["ranks"]:
-            where += f" ranks {','.join(map(str, h['ranks'][:8]))}"
-        out.append(f"#{h['rank']} {h['score']:.2f}  {h['layer']}/{h['cause']}  {where}")
-        out.extend(textwrap.wrap(h["summary"], width=116, initial_indent="     ", subsequent_indent="     "))
-        if h["symptoms"]:
-            out.append(f"     symptoms: {', '.join(h['symptoms'])}")
-        if h.get("consequences"):
-            out.append(f"     led to: {', '.join(h['consequences'])}")
-        for ev in h["evidence"][:6]:
-            loc = f"{(ev['artifact'] or '')[:8]}:{ev['line']}" if ev["artifact"] else ev["source"]
-            out.append(f"       {ev['ts'] or '?':<24} {ev['host'] or '-':<10} {ev['text'][:90]}  [{loc}]")
+        where = h.host or "-"
+        if h.gpu:
+            where += f" {h.gpu}"
+        if h.ranks:
+            where += f" ranks {','.join(map(str, h.ranks[:8]))}"
+        out.append(f"#{h.rank} {h.score:.2f}  {h.layer}/{h.cause}  {where}")
+        out.extend(textwrap.wrap(h.summary, width=116, initial_indent="     ", subsequent_indent="     "))
+        if h.symptoms:
+            out.append(f"     symptoms: {', '.join(h.symptoms)}")
+        if h.consequences:
+            out.append(f"     led to: {', '.join(h.consequences)}")
+        for ev in h.evidence[:6]:
+            loc = f"{(ev.artifact or '')[:8]}:{ev.line}" if ev.artifact else ev.source
+            out.append(f"       {iso(ev.ts) or '?':<24} {ev.host or '-':<10} {ev.text[:90]}  [{loc}]")
     return "\n".join(out) + "\n"

@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from workbench.analysis import analyze
     from workbench.commands.analyze import render
     from workbench.demo import SCENARIOS, prepare, run_scenario
+    from workbench.findings import Analysis
 
     out = Path(args.out)
     prepare(out)
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         print(f"== {scenario.name}: {scenario.module.TITLE}", flush=True)
         result = run_scenario(scenario, out, analyze=analyze)
-        sys.stdout.write(render(result.analysis, top=3))
+        sys.stdout.write(render(Analysis.from_json(result.analysis), top=3))
         print(f"  evidence:   {result.evidence}/")
         print(f"  bundle:     {result.bundle}")
         print(f"  postmortem: {result.markdown}")
