@@ -205,6 +205,19 @@ def hosts_seen(bundle: Bundle) -> list[str]:
         "SELECT DISTINCT host FROM event WHERE host IS NOT NULL ORDER BY 1").fetchall()]
 
 
+def missing_sources(bundle: Bundle) -> dict[str, list[str]]:
+    """Sources most hosts have but some lack (``{"nccl": ["node04"]}``): a host with no NCCL log is
+    a gap in what we know, not a clean bill of health. Derived events do not count as a source."""
+    rows = bundle.con.execute("SELECT host, source FROM event WHERE host IS NOT NULL AND source IS NOT NULL "
+                              "AND ts_origin IS DISTINCT FROM 'derived' GROUP BY 1, 2").fetchall()
+    hosts = {h for h, _ in rows}
+    having: dict[str, set[str]] = {}
+    for host, source in rows:
+        having.setdefault(source, set()).add(host)
+    return {source: sorted(hosts - present) for source, present in sorted(having.items())
+            if len(present) >= 2 and 2 * len(present) >= len(hosts) and hosts - present}
+
+
 def facets(bundle: Bundle, limit: int = 200) -> dict[str, list[tuple[Any, int]]]:
     """The values each timeline filter can take, with event counts: what the filter pickers offer."""
     out: dict[str, list[tuple[Any, int]]] = {}

@@ -95,3 +95,18 @@ def test_the_last_page_ends_with_the_last_event(busy_bundle):
         ids = [r["id"] for r in query.iter_events(bundle)]
         pg = query.page(bundle, last=True, limit=7)
         assert [r["id"] for r in pg.rows] == ids[-7:] and pg.more_before and not pg.more_after
+
+
+def test_a_host_without_a_source_the_others_have_is_a_gap(tmp_path):
+    path = tmp_path / "gaps.duckdb"
+    with Bundle.create(path) as bundle:
+        writer = bundle.writer(None)
+        for host in ("n1", "n2", "n3"):
+            writer.add(Event(kind="xid", message="k", host=host, source="kernel"))
+        for host in ("n1", "n2"):
+            writer.add(Event(kind="nccl_warn", message="w", host=host, source="nccl"))
+        writer.add(Event(kind="straggler_rank", message="d", host="n3", source="stragglers", ts_origin="derived"))
+        writer.add(Event(kind="job_state", message="j", host="n1", source="slurm"))
+        writer.flush()
+    with Bundle.open(path) as bundle:
+        assert query.missing_sources(bundle) == {"nccl": ["n3"]}

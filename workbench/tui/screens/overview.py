@@ -75,6 +75,7 @@ class OverviewScreen(CockpitScreen):
             meta = bundle.meta()
             hosts = query.hosts_seen(bundle)
             coverage = bundle.coverage()
+            missing = query.missing_sources(bundle)
         self._title = meta.get("title") or str(self.store.path.name)
         self._hosts = hosts
         self.query_one("#head", Static).update(Text.assemble(
@@ -82,6 +83,8 @@ class OverviewScreen(CockpitScreen):
         gaps = [f"{c['collector']}{' on ' + c['host'] if c.get('host') else ''}: {c['status']}"
                 f"{' (' + c['reason'] + ')' if c.get('reason') else ''}"
                 for c in coverage if c.get("status") not in ("ok", "collected")]
+        gaps += [f"{', '.join(hosts[:4])}{'…' if len(hosts) > 4 else ''}: no {source} evidence"
+                 for source, hosts in missing.items()]
         self._gaps = gaps
 
     # -- the rest, when the analysis arrives ----------------------------------------------------
@@ -119,12 +122,13 @@ class OverviewScreen(CockpitScreen):
         line1 = Text.assemble(("gpuwb · ", "bold"), (header.get("title") or self._title, "bold"), "   ", right)
         parts = [f"window {short_time(impact.get('start'))} → {short_time(impact.get('end'))}"]
         if impact.get("duration"):
-            parts[0] += f" ({str(impact['duration']).split('.')[0]})"
+            parts[0] += f" ({_duration(impact['duration'])})"
         times = model.get("times") or {}
-        for which in ("detection", "mitigation", "recovery"):
-            t = times.get(which) if isinstance(times, dict) else None
-            if isinstance(t, dict) and t.get("offset"):
-                parts.append(f"{which[:-3] if which != 'recovery' else 'recovered'}ed {t['offset']}")
+        for key, word in (("ttd", "detected"), ("ttm", "mitigated"), ("ttr", "recovered")):
+            if times.get(key):
+                parts.append(f"{word} +{_duration(times[key])}")
+        if not times.get("ttm"):
+            parts.append("not mitigated yet")
         training = impact.get("training") or {}
         if training.get("gpu_hours") is not None:
             parts.append(f"{training['gpu_hours']} GPU-h lost since {training.get('basis', 'start')}")
@@ -270,6 +274,17 @@ def _incident_window(analysis: Analysis) -> tuple[datetime | None, datetime | No
     if start is not None and end is not None and end - start > timedelta(hours=6):
         end = start + timedelta(hours=6)
     return start, end
+
+
+def _duration(text: str) -> str:
+    """``0:22:47.997`` as ``22m47s``: a responder counts minutes, not microseconds."""
+    clock = str(text).split(".")[0]
+    days = ""
+    if "day" in clock:
+        days, clock = clock.split(",")
+        days = days.split()[0] + "d"
+    h, m, s = (int(x) for x in clock.strip().split(":"))
+    return f"{days}{h}h{m:02d}m" if h or days else f"{m}m{s:02d}s"
 
 
 def _count(n: int, noun: str) -> str:
