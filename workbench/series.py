@@ -9,6 +9,12 @@ stored: :func:`signals` recomputes them from the series table, so the anomaly de
 analysis and the report read the same curves. Quantiles follow Prometheus' histogram_quantile:
 buckets as deltas between successive scrapes (a decrease means the server restarted: the new
 cumulative counts are the delta), linear interpolation inside the bucket holding the rank.
+
+The arithmetic runs on whole columns: DuckDB extracts the labels where the rows sit and hands
+them over as Arrow, pandas groups and sums per series and scrape, and numpy takes the counter
+differences and the quantiles of every interval of every histogram at once. numpy and pandas are
+imported inside the functions: ``gpuwb capture`` imports the collectors that share this vocabulary
+and must not pay for them.
 """
 
 from __future__ import annotations
@@ -16,10 +22,10 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from collectors._metric_vocabulary import (
     COUNTERS,
@@ -30,7 +36,14 @@ from collectors._metric_vocabulary import (
     unit_scale,
 )
 
+if TYPE_CHECKING:
+    import numpy as np
+
+QUANTILES = (0.5, 0.95, 0.99)
+_EPOCH = datetime(1970, 1, 1)
+
 # -- quantiles ---------------------------------------------------------------------------------
+
 
 def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]], *, allow_truncated: bool = False) -> float:
     """The q-quantile of cumulative ``(upper_bound, count)`` buckets, as Prometheus computes it.
@@ -38,43 +51,56 @@ def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]], *, allo
     NaN when undefined (no observations, fewer than two buckets, no +Inf bucket). With
     ``allow_truncated`` a histogram cut before its +Inf bucket (a pasted or truncated page) uses
     its highest bucket as the total: the result is then a lower bound of the true quantile."""
-    if math.isnan(q):
-        return math.nan
-    if q < 0:
-        return -math.inf
-    if q > 1:
-        return math.inf
+    import numpy as np
+
     merged: dict[float, float] = {}
     for le, count in buckets:
         if math.isnan(le) or math.isnan(count):
             continue
         merged[le] = merged.get(le, 0.0) + count
-    ordered = sorted(merged.items())
-    if not ordered:
-        return math.nan
-    if not math.isinf(ordered[-1][0]):
+    les = sorted(merged)
+    counts = np.array([[merged[le] for le in les]], dtype=float).reshape(1, len(les))
+    return float(quantile_rows(q, np.array(les, dtype=float), counts, allow_truncated=allow_truncated)[0])
+
+
+def quantile_rows(q: float, les: np.ndarray, counts: np.ndarray, *, allow_truncated: bool = False) -> np.ndarray:
+    """:func:`histogram_quantile` of every row of ``counts`` (cumulative counts, one column per
+    upper bound of ``les``, sorted ascending, no NaN), computed for all rows at once."""
+    import numpy as np
+
+    rows = counts.shape[0]
+    if math.isnan(q):
+        return np.full(rows, math.nan)
+    if q < 0:
+        return np.full(rows, -math.inf)
+    if q > 1:
+        return np.full(rows, math.inf)
+    if len(les) == 0:
+        return np.full(rows, math.nan)
+    if not math.isinf(les[-1]):
         if not allow_truncated:
-            return math.nan
-        ordered.append((math.inf, ordered[-1][1]))
-    running = 0.0
-    monotonic = []
-    for le, count in ordered:  # float noise can make cumulative counts dip; Prometheus flattens it
-        running = max(running, count)
-        monotonic.append((le, running))
-    if len(monotonic) < 2:
-        return math.nan
-    total = monotonic[-1][1]
-    if total <= 0:
-        return math.nan
+            return np.full(rows, math.nan)
+        les = np.append(les, math.inf)
+        counts = np.hstack([counts, counts[:, -1:]])
+    if len(les) < 2:
+        return np.full(rows, math.nan)
+    # Float noise can make cumulative counts dip; Prometheus flattens it (a running maximum from 0).
+    monotonic = np.maximum.accumulate(np.maximum(counts, 0.0), axis=1)
+    total = monotonic[:, -1]
     rank = q * total
-    b = next(i for i, (_, count) in enumerate(monotonic) if count >= rank or i == len(monotonic) - 1)
-    if b == len(monotonic) - 1:
-        return monotonic[-2][0]
-    if b == 0 and monotonic[0][0] <= 0:
-        return monotonic[0][0]
-    start, below = (monotonic[b - 1] if b > 0 else (0.0, 0.0))
-    end, count = monotonic[b]
-    return start + (end - start) * ((rank - below) / (count - below))
+    last = len(les) - 1
+    with np.errstate(all="ignore"):
+        hit = monotonic >= rank[:, None]
+        b = np.where(hit.any(axis=1), hit.argmax(axis=1), last)
+        before = np.maximum(b - 1, 0)
+        at = np.arange(rows)
+        start = np.where(b > 0, les[before], 0.0)
+        below = np.where(b > 0, monotonic[at, before], 0.0)
+        end, count = les[b], monotonic[at, b]
+        out = start + (end - start) * ((rank - below) / (count - below))
+    out = np.where((b == 0) & (les[0] <= 0), les[0], out)
+    out = np.where(b == last, les[last - 1], out)
+    return np.where(total <= 0, math.nan, out)
 
 
 def bucket_deltas(previous: dict[float, float] | None, current: dict[float, float]) -> tuple[dict[float, float], bool]:
@@ -98,43 +124,103 @@ class IntervalQuantiles:
     reset: bool = False
 
 
+@dataclass
+class _Intervals:
+    """Per-interval results for rows of stacked scrapes: which rows count, and their numbers."""
+
+    kept: np.ndarray
+    observations: np.ndarray
+    reset: np.ndarray
+    values: dict[float, np.ndarray]
+
+
+def _interval_rows(les: np.ndarray, counts: np.ndarray, first: np.ndarray, qs: Sequence[float], *,
+                   allow_truncated: bool, include_first: bool) -> _Intervals:
+    """:func:`bucket_deltas` and quantiles for stacked scrapes: ``counts`` holds one scrape per row
+    (NaN where a scrape lacks a bucket), several histograms one after another, each sorted by
+    time; ``first`` marks the first scrape of each histogram."""
+    import numpy as np
+
+    previous = np.vstack([np.full((1, counts.shape[1]), math.nan), counts[:-1]])
+    previous[first] = math.nan
+    with np.errstate(invalid="ignore"):
+        reset = (counts < previous).any(axis=1)  # comparisons with NaN (a bucket one side lacks) are False
+        delta = np.where(reset[:, None], counts, counts - np.where(np.isnan(previous), 0.0, previous))
+    observations = np.where(np.isnan(delta), -math.inf, delta).max(axis=1, initial=-math.inf)
+    kept = observations > 0
+    if not include_first:
+        kept &= ~first
+    rows = np.flatnonzero(kept)
+    complete = ~np.isnan(delta[rows]).any(axis=1)
+    values: dict[float, np.ndarray] = {}
+    for q in qs:
+        out = np.full(len(rows), math.nan)
+        out[complete] = quantile_rows(q, les, delta[rows[complete]], allow_truncated=allow_truncated)
+        for i in np.flatnonzero(~complete):  # a scrape that lacks some bucket: the buckets it has
+            row = delta[rows[i]]
+            out[i] = histogram_quantile(q, zip(les.tolist(), row.tolist()), allow_truncated=allow_truncated)
+        values[q] = out
+    return _Intervals(kept, observations, reset, values)
+
+
 def interval_quantiles(scrapes: Sequence[tuple[datetime, dict[float, float]]],
-                       qs: Sequence[float] = (0.5, 0.95, 0.99), *, allow_truncated: bool = False,
+                       qs: Sequence[float] = QUANTILES, *, allow_truncated: bool = False,
                        include_first: bool = False) -> list[IntervalQuantiles]:
     """Per-interval quantiles from successive cumulative scrapes of one histogram (sorted by time).
 
     The first scrape has no predecessor; with ``include_first`` its quantiles cover everything
     since the server started. Intervals without new observations are left out."""
-    out: list[IntervalQuantiles] = []
-    previous: dict[float, float] | None = None
-    for ts, buckets in sorted(scrapes, key=lambda s: s[0]):
-        if previous is None and not include_first:
-            previous = buckets
-            continue
-        delta, reset = bucket_deltas(previous, buckets)
-        previous = buckets
-        finite = [v for v in delta.values() if not math.isnan(v)]
-        observations = max(finite) if finite else 0.0
-        if observations <= 0:
-            continue
-        values = {q: histogram_quantile(q, delta.items(), allow_truncated=allow_truncated) for q in qs}
-        out.append(IntervalQuantiles(ts, observations, values, reset))
-    return out
+    import numpy as np
+
+    ordered = sorted(scrapes, key=lambda s: s[0])
+    if not ordered:
+        return []
+    les = sorted({le for _, buckets in ordered for le in buckets if not math.isnan(le)})
+    counts = np.array([[buckets.get(le, math.nan) for le in les] for _, buckets in ordered], dtype=float)
+    counts = counts.reshape(len(ordered), len(les))
+    first = np.zeros(len(ordered), dtype=bool)
+    first[0] = True
+    got = _interval_rows(np.array(les, dtype=float), counts, first, qs, allow_truncated=allow_truncated,
+                         include_first=include_first)
+    return [IntervalQuantiles(ordered[row][0], float(got.observations[row]),
+                              {q: float(got.values[q][i]) for q in qs}, bool(got.reset[row]))
+            for i, row in enumerate(np.flatnonzero(got.kept))]
+
+
+# -- counters ----------------------------------------------------------------------------------
+
+def _increases(series_id: np.ndarray, ts_us: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Counter increases of many series at once: rows sorted by (series, time). Returns (row index,
+    increase, seconds since the previous point) for each row that has a predecessor at an earlier
+    time in its series; a decrease is a restart (Prometheus' rule), so the new value is the increase.
+    NaN/Inf points are ignored."""
+    import numpy as np
+
+    finite = np.flatnonzero(np.isfinite(value))
+    sid, ts, v = series_id[finite], ts_us[finite], value[finite]
+    same = np.zeros(len(finite), dtype=bool)
+    same[1:] = sid[1:] == sid[:-1]
+    prev_ts = np.concatenate([ts[:1], ts[:-1]])
+    prev_v = np.concatenate([v[:1], v[:-1]])
+    keep = same & (ts > prev_ts)
+    increase = np.where(v < prev_v, v, v - prev_v)
+    seconds = (ts - prev_ts) / 1e6
+    return finite[keep], increase[keep], seconds[keep]
 
 
 def counter_deltas(points: Sequence[tuple[datetime, float]]) -> list[tuple[datetime, float, float]]:
     """(ts, increase, seconds since the previous point) for a counter; a decrease is a restart
     (Prometheus' rule), so the new value itself is the increase. NaN/Inf points are ignored."""
-    out: list[tuple[datetime, float, float]] = []
-    previous: tuple[datetime, float] | None = None
-    for ts, value in sorted(points, key=lambda p: p[0]):
-        if not math.isfinite(value):
-            continue
-        if previous is not None and ts > previous[0]:
-            increase = value if value < previous[1] else value - previous[1]
-            out.append((ts, increase, (ts - previous[0]).total_seconds()))
-        previous = (ts, value)
-    return out
+    import numpy as np
+
+    ordered = sorted(points, key=lambda p: p[0])
+    if not ordered:
+        return []
+    stamps = [ts for ts, _ in ordered]
+    offsets = [(ts - stamps[0]) // timedelta(microseconds=1) for ts in stamps]
+    rows, increase, seconds = _increases(np.zeros(len(ordered), dtype=np.int64), np.array(offsets, dtype=np.int64),
+                                         np.array([v for _, v in ordered], dtype=float))
+    return [(stamps[r], inc, dt) for r, inc, dt in zip(rows.tolist(), increase.tolist(), seconds.tolist())]
 
 
 # -- signals: the curves a responder looks at --------------------------------------------------
@@ -151,19 +237,6 @@ class Signal:
     points: list[tuple[datetime, float]] = field(default_factory=list)
     approx: bool = False
     source: str = ""
-
-
-@dataclass
-class _Rows:
-    """The rows of one (host, identity) group, split by how they must be combined."""
-
-    buckets: dict[tuple[str, str], dict[datetime, dict[float, float]]] = field(
-        default_factory=lambda: defaultdict(lambda: defaultdict(dict)))
-    quantiles: dict[tuple[str, str, str], dict[datetime, float]] = field(
-        default_factory=lambda: defaultdict(dict))
-    plain: dict[tuple[str, str, str], dict[datetime, float]] = field(
-        default_factory=lambda: defaultdict(lambda: defaultdict(float)))
-    approx: bool = False
 
 
 def load_rows(con: Any, metrics: Iterable[str] | None = None) -> Iterator[tuple[datetime, str | None, str,
@@ -185,6 +258,108 @@ def load_rows(con: Any, metrics: Iterable[str] | None = None) -> Iterator[tuple[
             yield ts, host, name, json.loads(labels) if labels else {}, value
 
 
+@dataclass
+class _Table:
+    """The vocabulary rows of the series table, oldest first; host, name and label set as integer
+    codes (-1: none) into their distinct values."""
+
+    ts: np.ndarray
+    value: np.ndarray
+    codes: dict[str, np.ndarray]
+    values: dict[str, list[Any]]
+
+
+def _load_table(con: Any, metrics: Iterable[str] | None) -> _Table:
+    """One query; Arrow brings the columns over with host, name and labels dictionary-encoded, so
+    each distinct label set is parsed once, not once per row."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    sql = ("SELECT epoch_us(ts) AS ts, value, host, name, labels FROM series "
+           "WHERE json_extract_string(labels, '$.metric') IS NOT NULL AND ts IS NOT NULL "
+           "AND value IS NOT NULL AND NOT isnan(value)")
+    wanted = sorted(set(metrics or ()))
+    if wanted:
+        sql += f" AND json_extract_string(labels, '$.metric') IN ({', '.join('?' for _ in wanted)})"
+    table = con.sql(sql, params=wanted or None).to_arrow_table()
+    ts = table.column("ts").to_numpy().astype(np.int64)
+    order = np.argsort(ts, kind="stable")
+    codes, values = {}, {}
+    for name in ("host", "name", "labels"):
+        encoded = table.column(name).combine_chunks().dictionary_encode()
+        codes[name] = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)[order]
+        values[name] = encoded.dictionary.to_pylist()
+    values["labels"] = [json.loads(text) if text else {} for text in values["labels"]]
+    return _Table(ts[order], table.column("value").to_numpy().astype(float)[order], codes, values)
+
+
+def _factorize(*keys: np.ndarray) -> np.ndarray:
+    """One id per distinct key tuple, numbered in order of first appearance."""
+    import pandas as pd
+
+    return pd.DataFrame({str(i): k for i, k in enumerate(keys)}).groupby(
+        [str(i) for i in range(len(keys))], sort=False, dropna=False).ngroup().to_numpy()
+
+
+@dataclass
+class _Series:
+    """Values aggregated per (series, time), sorted by series then time, with each series' key."""
+
+    sid: np.ndarray
+    ts: np.ndarray
+    value: np.ndarray
+    keys: list[tuple[Any, ...]]
+
+    def bounds(self) -> np.ndarray:
+        import numpy as np
+
+        return np.searchsorted(self.sid, np.arange(len(self.keys) + 1))
+
+
+def _aggregate(keys: list[np.ndarray], ts: np.ndarray, value: np.ndarray, how: str) -> _Series:
+    """Sum (or max) the values of rows with the same key and time: the samples of the label sets a
+    curve does not tell apart (engines, versions, reasons)."""
+    import numpy as np
+    import pandas as pd
+
+    if len(ts) == 0:
+        return _Series(np.zeros(0, dtype=np.int64), ts, value, [])
+    sid = _factorize(*keys)
+    first = np.unique(sid, return_index=True)[1]
+    frame = pd.DataFrame({"sid": sid, "ts": ts, "value": value})
+    grouped = frame.groupby(["sid", "ts"], sort=True)["value"]
+    agg = grouped.sum() if how == "sum" else grouped.max()
+    return _Series(agg.index.get_level_values(0).to_numpy(), agg.index.get_level_values(1).to_numpy(),
+                   agg.to_numpy(dtype=float), [tuple(k[i] for k in keys) for i in first])
+
+
+class _Times:
+    """Microsecond stamps back to the naive datetimes DuckDB returns, each distinct stamp built once."""
+
+    def __init__(self, ts_us: np.ndarray) -> None:
+        import numpy as np
+
+        self.stamps = np.unique(ts_us)
+        self.objects = np.empty(len(self.stamps), dtype=object)
+        self.objects[:] = [_EPOCH + timedelta(microseconds=int(us)) for us in self.stamps.tolist()]
+
+    def points(self, ts_us: np.ndarray, values: np.ndarray) -> list[tuple[datetime, float]]:
+        import numpy as np
+
+        return list(zip(self.objects[np.searchsorted(self.stamps, ts_us)].tolist(), values.tolist()))
+
+
+@dataclass
+class _Curve:
+    """One aggregated series of a group: its times and values, and what it is."""
+
+    metric: str
+    key: str
+    kind: str
+    ts: np.ndarray
+    value: np.ndarray
+
+
 def signals(con: Any, metrics: Iterable[str] | None = None) -> list[Signal]:
     """Every curve the series table supports, per host and server identity.
 
@@ -192,145 +367,287 @@ def signals(con: Any, metrics: Iterable[str] | None = None) -> list[Signal]:
     values give their quantiles, Triton cumulative durations give a per-interval ``mean``,
     gauges their ``value``, counters a per-second ``rate``; failure vs success counters give
     ``error_rate`` (ratio), and request counters a ``request_rate``. Latencies are in seconds."""
-    groups: dict[tuple[str | None, tuple[tuple[str, str], ...]], _Rows] = defaultdict(_Rows)
-    for ts, host, name, labels, value in load_rows(con, metrics):
-        if value is None or math.isnan(value):
-            continue
-        metric = labels.get("metric", "")
-        identity = tuple((k, labels[k]) for k in IDENTITY_LABELS if labels.get(k))
-        rows = groups[(host, identity)]
-        rows.approx = rows.approx or labels.get("ts_origin") in ("mtime", "captured")
-        base, suffix = family(name)
-        if suffix == "_bucket" and "le" in labels:
-            try:
-                le = float(labels["le"])
-            except ValueError:
-                continue
-            per_ts = rows.buckets[(metric, base)][ts]
-            per_ts[le] = per_ts.get(le, 0.0) + value
-        elif "quantile" in labels and suffix not in ("_sum", "_count"):
-            stat = labels.get("stat") or _quantile_stat(labels["quantile"])
-            per_ts = rows.quantiles[(metric, base, stat)]
-            per_ts[ts] = max(per_ts.get(ts, value), value)  # quantiles do not add up: keep the worst
-        else:
-            kind = "cumulative" if base in CUMULATIVE_LATENCY else (suffix or "value")
-            stat = labels.get("stat")
-            rows.plain[(metric, name if stat is None else f"{name}|{stat}", kind)][ts] += value
-    out: list[Signal] = []
-    for (host, identity), rows in groups.items():
-        out.extend(_group_signals(host, dict(identity), rows))
-    return out
+    import numpy as np
+
+    table = _load_table(con, metrics)
+    if len(table.ts) == 0:
+        return []
+    sets, names = table.values["labels"], table.values["name"]
+    label_code, name_code = table.codes["labels"], table.codes["name"]
+
+    def per_set(values: list[Any], dtype: Any = object) -> np.ndarray:
+        """A per-row array from one value per distinct label set."""
+        return np.array(values + [values[0] if values else None], dtype=dtype)[label_code]
+
+    identities = [tuple((k, labels[k]) for k in IDENTITY_LABELS if labels.get(k)) for labels in sets]
+    identity_ids = _ids(identities)
+    group = _factorize(table.codes["host"], per_set([identity_ids[i] for i in identities], np.int64))
+    first_rows = np.unique(group, return_index=True)[1]
+    approx = np.zeros(len(first_rows), dtype=bool)
+    stamped_late = per_set([labels.get("ts_origin") in ("mtime", "captured") for labels in sets], bool)
+    approx[np.unique(group[stamped_late])] = True
+    heads = [(table.values["host"][table.codes["host"][r]] if table.codes["host"][r] >= 0 else None,
+              dict(identities[label_code[r]])) for r in first_rows.tolist()]
+
+    families = [family(name) for name in names]
+    base_ids = _ids(b for b, _ in families)
+    bases = list(base_ids)
+    base = np.array([base_ids[b] for b, _ in families] + [0], dtype=np.int64)[name_code]
+    suffix = np.array([s for _, s in families] + [""], dtype=object)[name_code]
+    metric_ids = _ids(labels.get("metric", "") for labels in sets)
+    metrics_ = list(metric_ids)
+    metric = per_set([metric_ids[labels.get("metric", "")] for labels in sets], np.int64)
+    bucket = (suffix == "_bucket") & per_set(["le" in labels for labels in sets], bool)
+    quantile = ~bucket & per_set(["quantile" in labels for labels in sets], bool) & (suffix != "_sum") & (
+        suffix != "_count")
+    plain = ~bucket & ~quantile
+    times = _Times(table.ts)
+    out: list[tuple[tuple[int, ...], Signal]] = []
+
+    def emit(g: int, order: tuple[int, ...], metric: str, stat: str, unit: str,
+             points: list[tuple[datetime, float]], source: str) -> None:
+        host, ident = heads[g]
+        out.append(((g, *order), Signal(host, metric, stat, unit, dict(ident), points, bool(approx[g]), source)))
+
+    le = per_set([_bound(labels.get("le")) for labels in sets], float)
+    rows = np.flatnonzero(bucket & ~np.isnan(le))  # a bound that is not a number cannot rank
+    _bucket_signals([group[rows], metric[rows], base[rows]], le[rows], table.ts[rows], table.value[rows],
+                    lambda g, m, b: (g, metrics_[m], bases[b]), times, emit)
+    rows = np.flatnonzero(quantile)
+    stats = [labels.get("stat") or _quantile_stat(labels.get("quantile")) for labels in sets]
+    stat_ids = _ids(stats)
+    stat_names = list(stat_ids)
+    stat_id = per_set([stat_ids[stat] for stat in stats], np.int64)
+    quantiles = _aggregate([group[rows], metric[rows], base[rows], stat_id[rows]], table.ts[rows], table.value[rows],
+                           "max")
+    bounds = quantiles.bounds()
+    for s, (g, m, b, st) in enumerate(quantiles.keys):
+        m, b = metrics_[m], bases[b]
+        scale = unit_scale(b) if m in LATENCY else 1.0
+        values = quantiles.value[bounds[s]:bounds[s + 1]] * scale
+        finite = np.isfinite(values)
+        emit(g, (1, s), m, stat_names[st], "s" if m in LATENCY else "",
+             times.points(quantiles.ts[bounds[s]:bounds[s + 1]][finite], values[finite]), b)
+    rows = np.flatnonzero(plain)
+    pair_id = _factorize(name_code[rows], label_code[rows])
+    keys = []
+    for r in rows[np.unique(pair_id, return_index=True)[1]].tolist():
+        name, stat = names[name_code[r]], sets[label_code[r]].get("stat")
+        kind = "cumulative" if family(name)[0] in CUMULATIVE_LATENCY else (family(name)[1] or "value")
+        keys.append((name if stat is None else f"{name}|{stat}", kind))
+    key_ids = _ids(keys)
+    key_id = np.array([key_ids[key] for key in keys], dtype=np.int64)[pair_id]
+    plain_series = _aggregate([group[rows], metric[rows], key_id], table.ts[rows], table.value[rows], "sum")
+    by_id = list(key_ids)
+    plain_series.keys = [(g, metrics_[m], *by_id[k]) for g, m, k in plain_series.keys]
+    _plain_signals(plain_series, times, emit)
+    out.sort(key=lambda item: item[0])
+    return [signal for _, signal in out]
 
 
-def _quantile_stat(quantile: str) -> str:
+def _ids(keys: Iterable[Any]) -> dict[Any, int]:
+    """Each distinct key's number, in order of first appearance."""
+    ids: dict[Any, int] = {}
+    for key in keys:
+        ids.setdefault(key, len(ids))
+    return ids
+
+
+def _bound(le: Any) -> float:
+    """A bucket's upper bound; NaN when it is not a number."""
+    try:
+        return float(le)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _quantile_stat(quantile: Any) -> str:
     try:
         return f"p{float(quantile) * 100:g}"
-    except ValueError:
+    except (TypeError, ValueError):
         return f"q{quantile}"
 
 
-def _group_signals(host: str | None, identity: dict[str, str], rows: _Rows) -> Iterator[Signal]:
-    def signal(metric: str, stat: str, unit: str, points: list[tuple[datetime, float]], source: str) -> Signal:
-        return Signal(host, metric, stat, unit, identity, points, rows.approx, source)
+def _bucket_signals(keys: list[np.ndarray], le: np.ndarray, ts: np.ndarray, value: np.ndarray,
+                    names: Callable[..., tuple[int, str, str]], times: _Times, emit: Callable[..., None]) -> None:
+    """p50/p95/p99 per interval of every histogram (``keys``: group, metric, family): the histograms
+    that share a set of bucket bounds are stacked into one matrix (a row per scrape, a column per
+    bound) and computed together."""
+    import numpy as np
+    import pandas as pd
 
-    for (metric, base), by_ts in rows.buckets.items():
-        scale = unit_scale(base)
-        intervals = interval_quantiles(sorted(by_ts.items()), allow_truncated=True)
-        for q in (0.5, 0.95, 0.99):
-            points = [(iv.ts, iv.values[q] * scale) for iv in intervals if math.isfinite(iv.values[q])]
-            if points:
-                yield signal(metric, _quantile_stat(str(q)), "s" if metric in LATENCY else "", points, base)
-    for (metric, base, stat), by_ts in rows.quantiles.items():
-        scale = unit_scale(base) if metric in LATENCY else 1.0
-        points = [(ts, v * scale) for ts, v in sorted(by_ts.items()) if math.isfinite(v)]
-        yield signal(metric, stat, "s" if metric in LATENCY else "", points, base)
-    served = _served(rows)
-    counters: dict[str, list[list[tuple[datetime, float]]]] = defaultdict(list)
-    for (metric, key, kind), by_ts in rows.plain.items():
-        name = key.split("|")[0]
-        stat = key.split("|")[1] if "|" in key else None
-        points = sorted(by_ts.items())
-        if kind == "cumulative":
-            mean = _ratio_of_increases(points, served)
-            if mean:
-                yield signal(metric, "mean", "s", [(ts, v * unit_scale(name)) for ts, v in mean], name)
-        elif kind in ("_sum", "_count"):
+    if len(ts) == 0:
+        return
+    sid = _factorize(*keys)
+    first = np.unique(sid, return_index=True)[1]
+    named = [names(*(int(k[i]) for k in keys)) for i in first.tolist()]
+    summed = pd.DataFrame({"sid": sid, "ts": ts, "le": le, "value": value}).groupby(
+        ["sid", "ts", "le"], sort=True)["value"].sum()
+    bounds_of = summed.index.to_frame(index=False).groupby("sid")["le"].unique()
+    classes: dict[tuple[float, ...], list[int]] = defaultdict(list)
+    for s, les in bounds_of.items():
+        classes[tuple(sorted(les.tolist()))].append(int(s))
+    for les, sids in classes.items():
+        matrix = summed[summed.index.get_level_values(0).isin(sids)].unstack("le").reindex(columns=list(les))
+        row_sid = matrix.index.get_level_values(0).to_numpy()
+        row_ts = matrix.index.get_level_values(1).to_numpy()
+        starts = np.ones(len(row_sid), dtype=bool)
+        starts[1:] = row_sid[1:] != row_sid[:-1]
+        got = _interval_rows(np.array(les, dtype=float), matrix.to_numpy(dtype=float), starts, QUANTILES,
+                             allow_truncated=True, include_first=False)
+        kept = np.flatnonzero(got.kept)
+        kept_sid, kept_ts = row_sid[kept], row_ts[kept]
+        for s in sids:
+            g, m, b = named[s]
+            mine = kept_sid == s
+            scale = unit_scale(b)
+            for order, q in enumerate(QUANTILES):
+                values = got.values[q][mine]
+                finite = np.isfinite(values)
+                if finite.any():
+                    emit(g, (0, s, order), m, _quantile_stat(str(q)), "s" if m in LATENCY else "",
+                         times.points(kept_ts[mine][finite], values[finite] * scale), b)
+
+
+def _plain_signals(series: _Series, times: _Times, emit: Callable[..., None]) -> None:
+    """Gauges, counter rates, means from cumulative durations and _sum/_count, error ratio and
+    request rate. Counter increases of every series are taken in one pass; the rest is per group."""
+    import numpy as np
+
+    rows, increase, seconds = _increases(series.sid, series.ts, series.value)
+    inc_bounds = np.searchsorted(series.sid[rows], np.arange(len(series.keys) + 1))
+    inc_ts = series.ts[rows]
+    bounds = series.bounds()
+    by_group: dict[int, list[int]] = defaultdict(list)
+    for s, (g, *_rest) in enumerate(series.keys):
+        by_group[int(g)].append(s)
+    for g, sids in by_group.items():
+        curves = {s: _Curve(str(m), str(k), str(kd), series.ts[bounds[s]:bounds[s + 1]],
+                            series.value[bounds[s]:bounds[s + 1]])
+                  for s, (_, m, k, kd) in ((s, series.keys[s]) for s in sids)}
+        deltas = {s: (inc_ts[inc_bounds[s]:inc_bounds[s + 1]], increase[inc_bounds[s]:inc_bounds[s + 1]],
+                      seconds[inc_bounds[s]:inc_bounds[s + 1]]) for s in sids}
+        _group_signals(g, curves, deltas, times, emit)
+
+
+def _group_signals(g: int, curves: dict[int, _Curve], deltas: dict[int, tuple[np.ndarray, ...]], times: _Times,
+                   emit: Callable[..., None]) -> None:
+
+    served = _served(curves)
+    counters: dict[str, list[int]] = defaultdict(list)
+    for s, curve in curves.items():
+        name = curve.key.split("|")[0]
+        stat = curve.key.split("|")[1] if "|" in curve.key else None
+        if curve.kind == "cumulative":
+            ts, mean = _ratio_of_increases(deltas[s], served)
+            if len(ts):
+                emit(g, (2, s), curve.metric, "mean", "s", times.points(ts, mean * unit_scale(name)), name)
+        elif curve.kind in ("_sum", "_count"):
             continue
-        elif metric in COUNTERS or kind == "_total":
-            counters[metric].append(points)
-        elif metric in LATENCY:
-            yield signal(metric, stat or "value", "s", [(ts, v * unit_scale(name)) for ts, v in points], name)
+        elif curve.metric in COUNTERS or curve.kind == "_total":
+            counters[curve.metric].append(s)
+        elif curve.metric in LATENCY:
+            emit(g, (2, s), curve.metric, stat or "value", "s", times.points(curve.ts, curve.value * unit_scale(name)),
+                 name)
         else:
-            yield signal(metric, stat or "value", "", points, name)
-    yield from _sum_count_means(rows, signal)
-    rates = {metric: _merge([p for points in series for p in _rate(points)]) for metric, series in counters.items()}
-    for metric, points in rates.items():
-        if points:
-            yield signal(metric, "rate", "1/s", points, metric)
-    yield from _derived_rates(rows, rates, signal)
+            emit(g, (2, s), curve.metric, stat or "value", "", times.points(curve.ts, curve.value), name)
+    _sum_count_means(g, curves, deltas, times, emit)
+    rates = {metric: _merge([_rate(deltas[s]) for s in sids]) for metric, sids in counters.items()}
+    for order, (metric, (ts, rate)) in enumerate(rates.items()):
+        if len(ts):
+            emit(g, (4, order), metric, "rate", "1/s", times.points(ts, rate), metric)
+    _derived_rates(g, curves, deltas, rates, times, emit)
 
 
-def _merge(points: list[tuple[datetime, float]]) -> list[tuple[datetime, float]]:
-    merged: dict[datetime, float] = defaultdict(float)
-    for ts, value in points:
-        merged[ts] += value
-    return sorted(merged.items())
+def _merge(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Sum of several curves at each time any of them has."""
+    import numpy as np
+
+    ts = np.concatenate([p[0] for p in parts])
+    values = np.concatenate([p[1] for p in parts])
+    stamps, where = np.unique(ts, return_inverse=True)
+    return stamps, np.bincount(where, weights=values, minlength=len(stamps))
 
 
-def _rate(points: list[tuple[datetime, float]]) -> list[tuple[datetime, float]]:
-    return [(ts, inc / dt) for ts, inc, dt in counter_deltas(points) if dt > 0]
+def _rate(delta: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+    ts, increase, seconds = delta
+    positive = seconds > 0
+    return ts[positive], increase[positive] / seconds[positive]
 
 
-def _served(rows: _Rows) -> list[tuple[datetime, float]]:
-    """Requests completed (success + failure) per scrape time, for Triton's cumulative durations."""
-    merged: dict[datetime, float] = defaultdict(float)
-    for (metric, _, _), by_ts in rows.plain.items():
-        if metric in ("request_success", "request_failure"):
-            for ts, value in by_ts.items():
-                merged[ts] += value
-    return sorted(merged.items())
+def _served(curves: dict[int, _Curve]) -> tuple[np.ndarray, ...]:
+    """Increases of requests completed (success + failure), for Triton's cumulative durations."""
+    import numpy as np
+
+    parts = [(c.ts, c.value) for c in curves.values() if c.metric in ("request_success", "request_failure")]
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
+    ts, total = _merge(parts)
+    rows, increase, seconds = _increases(np.zeros(len(ts), dtype=np.int64), ts, total)
+    return ts[rows], increase, seconds
 
 
-def _ratio_of_increases(numerator: list[tuple[datetime, float]],
-                        denominator: list[tuple[datetime, float]]) -> list[tuple[datetime, float]]:
-    den = {ts: inc for ts, inc, _ in counter_deltas(denominator)}
-    return [(ts, inc / den[ts]) for ts, inc, _ in counter_deltas(numerator) if den.get(ts, 0) > 0]
+def _ratio_of_increases(numerator: tuple[np.ndarray, ...],
+                        denominator: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
+    _, num_at, den_at = np.intersect1d(numerator[0], denominator[0], assume_unique=True, return_indices=True)
+    positive = denominator[1][den_at] > 0
+    num_at, den_at = num_at[positive], den_at[positive]
+    return numerator[0][num_at], numerator[1][num_at] / denominator[1][den_at]
 
 
-def _sum_count_means(rows: _Rows, signal: Any) -> Iterator[Signal]:
+def _sum_count_means(g: int, curves: dict[int, _Curve], deltas: dict[int, tuple[np.ndarray, ...]], times: _Times,
+                     emit: Callable[..., None]) -> None:
     """Mean latency per interval from a histogram's or summary's _sum and _count."""
-    sums: dict[str, tuple[str, dict[datetime, float]]] = {}
-    counts: dict[str, dict[datetime, float]] = {}
-    for (metric, key, kind), by_ts in rows.plain.items():
-        if metric not in LATENCY or "|" in key:
+    sums: dict[str, tuple[str, int]] = {}
+    counts: dict[str, int] = {}
+    for s, curve in curves.items():
+        if curve.metric not in LATENCY or "|" in curve.key:
             continue
-        if kind == "_sum":
-            sums[family(key)[0]] = (metric, by_ts)
-        elif kind == "_count":
-            counts[family(key)[0]] = by_ts
-    for base, (metric, by_ts) in sums.items():
+        if curve.kind == "_sum":
+            sums[family(curve.key)[0]] = (curve.metric, s)
+        elif curve.kind == "_count":
+            counts[family(curve.key)[0]] = s
+    for order, (base, (metric, s)) in enumerate(sums.items()):
         if base in counts:
-            mean = _ratio_of_increases(sorted(by_ts.items()), sorted(counts[base].items()))
-            if mean:
-                yield signal(metric, "mean", "s", [(ts, v * unit_scale(base)) for ts, v in mean], base)
+            ts, mean = _ratio_of_increases(deltas[s], deltas[counts[base]])
+            if len(ts):
+                emit(g, (3, order), metric, "mean", "s", times.points(ts, mean * unit_scale(base)), base)
 
 
-def _derived_rates(rows: _Rows, rates: dict[str, list[tuple[datetime, float]]], signal: Any) -> Iterator[Signal]:
+def _derived_rates(g: int, curves: dict[int, _Curve], deltas: dict[int, tuple[np.ndarray, ...]],
+                   rates: dict[str, tuple[np.ndarray, np.ndarray]], times: _Times, emit: Callable[..., None]) -> None:
     """Error ratio (failures / finished requests) and request arrival rate per interval."""
-    failure = dict(rates.get("request_failure", []))
-    success = dict(rates.get("request_success", []))
-    if failure:
-        ratio = [(ts, f / (f + success.get(ts, 0.0))) for ts, f in sorted(failure.items())
-                 if f + success.get(ts, 0.0) > 0]
-        if ratio and success:
-            yield signal("error_rate", "ratio", "", ratio, "request_failure/request_success")
+    import numpy as np
+
+    empty = (np.zeros(0, dtype=np.int64), np.zeros(0))
+    failure = rates.get("request_failure", empty)
+    success = rates.get("request_success", empty)
+    if len(failure[0]):
+        finished = failure[1] + _at(success, failure[0])
+        ok = finished > 0
+        if ok.any() and len(success[0]):
+            emit(g, (5, 0), "error_rate", "ratio", "", times.points(failure[0][ok], failure[1][ok] / finished[ok]),
+                 "request_failure/request_success")
     if "requests_total" in rates:
-        yield signal("request_rate", "rate", "1/s", rates["requests_total"], "requests_total")
-    elif success:
-        total = [(ts, s + failure.get(ts, 0.0)) for ts, s in sorted(success.items())]
-        yield signal("request_rate", "rate", "1/s", total, "request_success+request_failure")
+        emit(g, (5, 1), "request_rate", "rate", "1/s", times.points(*rates["requests_total"]), "requests_total")
+    elif len(success[0]):
+        emit(g, (5, 1), "request_rate", "rate", "1/s", times.points(success[0], success[1] + _at(failure, success[0])),
+             "request_success+request_failure")
     else:
-        for (metric, key, kind), by_ts in rows.plain.items():
-            if kind == "_count" and metric in ("e2e_latency", "ttft") and "|" not in key:
-                yield signal("request_rate", "rate", "1/s", _rate(sorted(by_ts.items())), key)
+        for s, curve in curves.items():
+            if curve.kind == "_count" and curve.metric in ("e2e_latency", "ttft") and "|" not in curve.key:
+                emit(g, (5, 1), "request_rate", "rate", "1/s", times.points(*_rate(deltas[s])), curve.key)
                 return
+
+
+def _at(curve: tuple[np.ndarray, np.ndarray], ts: np.ndarray) -> np.ndarray:
+    """The curve's values at ``ts`` (0 where it has no point)."""
+    import numpy as np
+
+    stamps, values = curve
+    if len(stamps) == 0:
+        return np.zeros(len(ts))
+    where = np.minimum(np.searchsorted(stamps, ts), len(stamps) - 1)
+    return np.where(stamps[where] == ts, values[where], 0.0)

@@ -9,6 +9,10 @@ noise, the magnitude floor ignores trivial moves of a flat curve. The onset is t
 of a run of at least two anomalous points (a single one only at the very end of the data, when
 it is extreme). KV-cache saturation is a level, not a change: usage >= 0.9 for two points.
 
+All curves are scanned together: their trailing medians come from one pandas rolling median over
+the curves laid end to end, the magnitude test runs on whole numpy columns, and only the few points
+that pass it get their MAD and run computed (pandas and numpy are imported when a scan runs).
+
 Event kinds (layer): ``latency_spike``, ``error_rate_spike``, ``queue_backlog``,
 ``throughput_drop``, ``request_rate_surge`` (business) and ``kv_cache_saturation`` (gpu). Attrs:
 ``metric``, ``stat``, ``unit``, ``baseline``, ``peak``, ``onset``, ``end``, ``z``, ``points``,
@@ -17,17 +21,18 @@ Event kinds (layer): ``latency_spike``, ``error_rate_spike``, ``queue_backlog``,
 
 from __future__ import annotations
 
-import bisect
 import math
-import statistics
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collectors.base import Event, to_utc
 from workbench import series
+
+if TYPE_CHECKING:
+    import numpy as np
 
 NAME = "series_anomaly"
 
@@ -77,91 +82,161 @@ class Onset:
     z: float
 
 
+@dataclass(frozen=True)
+class Shape:
+    """Which way a curve must move and how far (relative to its baseline, and at least ``floor``)."""
+
+    direction: int = 1
+    rel: float = 0.5
+    floor: float = 0.0
+
+
 def find_onset(values: Sequence[float], *, direction: int = 1, rel: float = 0.5, floor: float = 0.0,
                z: float = Z_THRESHOLD, min_baseline: int = MIN_BASELINE, persist: int = 2) -> Onset | None:
-    """First run of points that left the trailing baseline (robust z and magnitude), or None.
+    """First run of points that left the trailing baseline (robust z and magnitude), or None."""
+    return find_onsets([values], [Shape(direction, rel, floor)], z=z, min_baseline=min_baseline, persist=persist)[0]
 
-    The baseline window is kept sorted, so its median costs one bisect per point; the MAD is only
-    computed for points that already pass the magnitude test (rare on a healthy curve)."""
-    values = [v for v in values if math.isfinite(v)]
-    n = len(values)
-    window = sorted(values[max(0, min_baseline - BASELINE_POINTS):min_baseline])
-    for i in range(min_baseline, n):
-        median = _sorted_median(window)
-        need = max(rel * abs(median), floor)
-        if direction * (values[i] - median) >= need and direction * (values[i] - median) > 0:
-            onset = _run_from(values, i, window, median, need, direction, z, persist)
+
+def find_onsets(curves: Sequence[Sequence[float]], shapes: Sequence[Shape], *, z: float = Z_THRESHOLD,
+                min_baseline: int = MIN_BASELINE, persist: int = 2) -> list[Onset | None]:
+    """:func:`find_onset` of many curves at once (NaN/Inf points dropped, indices count the rest).
+
+    The baseline of point i is the median of the up to ``BASELINE_POINTS`` points before it: one
+    pandas rolling median over all curves laid end to end, each window kept inside its curve. The
+    magnitude test then runs on whole columns; the MAD and the run are only computed for the points
+    that pass it (rare on a healthy curve)."""
+    import numpy as np
+
+    arrays = [np.asarray(values, dtype=float) for values in curves]
+    arrays = [a[np.isfinite(a)] for a in arrays]
+    if not arrays:
+        return []
+    lengths = np.array([len(a) for a in arrays])
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    flat = np.concatenate(arrays)
+    curve_start = np.repeat(offsets[:-1], lengths)
+    median = _baseline_medians(flat, curve_start, min_baseline)
+    direction = np.repeat([s.direction for s in shapes], lengths)
+    need = np.maximum(np.repeat([s.rel for s in shapes], lengths) * np.abs(median),
+                      np.repeat([s.floor for s in shapes], lengths))
+    with np.errstate(invalid="ignore"):
+        shift = direction * (flat - median)
+        candidate = (shift >= need) & (shift > 0)
+    found: list[Onset | None] = [None] * len(arrays)
+    by_curve = np.searchsorted(offsets, np.flatnonzero(candidate), side="right") - 1
+    for c in np.unique(by_curve).tolist():
+        values, base = arrays[c], int(offsets[c])
+        for i in (np.flatnonzero(candidate[base:base + len(values)])).tolist():
+            onset = _run_from(values, i, float(median[base + i]), float(need[base + i]), shapes[c].direction, z,
+                              persist)
             if onset is not None:
-                return onset
-        bisect.insort(window, values[i])
-        if i - BASELINE_POINTS >= 0:
-            del window[bisect.bisect_left(window, values[i - BASELINE_POINTS])]
-    return None
+                found[c] = onset
+                break
+    return found
 
 
-def _sorted_median(ordered: list[float]) -> float:
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+def _baseline_medians(flat: np.ndarray, curve_start: np.ndarray, min_baseline: int) -> np.ndarray:
+    """Median of the trailing window before each point, the window never reaching into the curve before."""
+    import numpy as np
+    import pandas as pd
+    from pandas.api.indexers import BaseIndexer
+
+    class Before(BaseIndexer):
+        def get_window_bounds(self, num_values: int = 0, min_periods: int | None = None, center: bool | None = None,
+                              closed: str | None = None, step: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+            return self.lo, self.hi
+
+    position = np.arange(len(flat), dtype=np.int64)
+    lo = np.maximum(curve_start, position - BASELINE_POINTS).astype(np.int64)
+    return pd.Series(flat).rolling(Before(lo=lo, hi=position), min_periods=min_baseline).median().to_numpy()
 
 
-def _run_from(values: list[float], i: int, window: list[float], median: float, need: float, direction: int,
-              z: float, persist: int) -> Onset | None:
-    """The anomalous run starting at ``i`` against this baseline, if it is long (or extreme) enough."""
+def _run_from(values: np.ndarray, i: int, median: float, need: float, direction: int, z: float,
+              persist: int) -> Onset | None:
+    """The anomalous run starting at ``i`` against the baseline before it, if long (or extreme) enough."""
+    import numpy as np
+
+    window = values[max(0, i - BASELINE_POINTS):i]
     # A perfectly flat baseline has MAD 0: take 1 % of its level as the noise floor, so z stays a
     # readable number (not 1e14) while the magnitude test ``need`` still decides.
-    scale = max(MAD_TO_SIGMA * statistics.median(abs(b - median) for b in window), 0.01 * abs(median), 1e-12)
-
-    def score(value: float) -> float:
-        shift = direction * (value - median)
-        return shift / scale if shift >= need and shift > 0 else 0.0
-
-    first = score(values[i])
+    scale = max(MAD_TO_SIGMA * float(np.median(np.abs(window - median))), 0.01 * abs(median), 1e-12)
+    shift = direction * (values[i:] - median)
+    score = np.where((shift >= need) & (shift > 0), shift / scale, 0.0)
+    first = float(score[0])
     if first < z:
         return None
-    j = i
-    while j + 1 < len(values) and score(values[j + 1]) >= z:
-        j += 1
-    run = values[i:j + 1]
-    if j - i + 1 >= persist or (j == len(values) - 1 and first >= 2 * z):
-        peak = max(run) if direction > 0 else min(run)
-        return Onset(i, j, median, peak, max(score(v) for v in run))
+    short = np.flatnonzero(score[1:] < z)
+    length = int(short[0]) + 1 if len(short) else len(score)
+    j = i + length - 1
+    if length >= persist or (j == len(values) - 1 and first >= 2 * z):
+        run = values[i:j + 1]
+        peak = float(run.max() if direction > 0 else run.min())
+        return Onset(i, j, median, peak, float(score[:length].max()))
     return None
 
 
 def find_saturation(values: Sequence[float], threshold: float, persist: int = 2) -> Onset | None:
     """First run of at least ``persist`` points at or above ``threshold``."""
-    i = 0
-    n = len(values)
-    while i < n:
-        if math.isfinite(values[i]) and values[i] >= threshold:
-            j = i
-            while j + 1 < n and math.isfinite(values[j + 1]) and values[j + 1] >= threshold:
-                j += 1
-            if j - i + 1 >= persist:
-                before = [v for v in values[:i] if math.isfinite(v)]
-                baseline = statistics.median(before) if before else math.nan
-                return Onset(i, j, baseline, max(values[i:j + 1]), math.nan)
-            i = j + 1
-        else:
-            i += 1
-    return None
+    import numpy as np
+
+    array = np.asarray(values, dtype=float)
+    with np.errstate(invalid="ignore"):
+        over = np.isfinite(array) & (array >= threshold)
+    edges = np.diff(np.concatenate([[0], over.astype(np.int8), [0]]))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
+    long = np.flatnonzero(ends - starts + 1 >= persist)
+    if not len(long):
+        return None
+    i, j = int(starts[long[0]]), int(ends[long[0]])
+    before = array[:i][np.isfinite(array[:i])]
+    baseline = float(np.median(before)) if len(before) else math.nan
+    return Onset(i, j, baseline, float(array[i:j + 1].max()), math.nan)
 
 
 def derive(con: Any) -> Iterator[Event]:
+    yield from detect(series.signals(con))
+
+
+def detect(signals: list[series.Signal]) -> Iterator[Event]:
+    """The symptoms of a set of curves: each rule on the best statistic of each server's metric,
+    every curve's onset found in one batch, then KV-cache saturation."""
     groups: dict[tuple[Any, ...], dict[str, series.Signal]] = defaultdict(dict)
-    for signal in _best_stats(series.signals(con)):
+    for signal in _best_stats(signals):
         groups[(signal.host, tuple(sorted(signal.identity.items())))][signal.metric] = signal
+    checks: list[tuple[Rule | None, _Finite]] = []
     for by_metric in groups.values():
         for rule in RULES:
             wanted = [m for m in rule.metrics if m in by_metric] or [m for m in rule.fallback if m in by_metric]
-            for metric in wanted:
-                event = _check(rule, by_metric[metric])
-                if event is not None:
-                    yield event
+            checks += [(rule, _Finite.of(by_metric[metric])) for metric in wanted]
         if "kv_cache_usage" in by_metric:
-            event = _saturation(by_metric["kv_cache_usage"])
-            if event is not None:
-                yield event
+            checks.append((None, _Finite.of(by_metric["kv_cache_usage"])))
+    rules = [(rule, curve) for rule, curve in checks if rule is not None]
+    onsets = iter(find_onsets([curve.values for _, curve in rules],
+                              [Shape(rule.direction, rule.rel, rule.floor) for rule, _ in rules]))
+    for rule, curve in checks:
+        event = _saturation(curve) if rule is None else _check(rule, curve, next(onsets))
+        if event is not None:
+            yield event
+
+
+@dataclass
+class _Finite:
+    """A signal's finite values, and where each sits among its points."""
+
+    signal: series.Signal
+    values: np.ndarray
+    at: np.ndarray
+
+    @classmethod
+    def of(cls, signal: series.Signal) -> _Finite:
+        import numpy as np
+
+        values = np.fromiter((v for _, v in signal.points), dtype=float, count=len(signal.points))
+        at = np.flatnonzero(np.isfinite(values))
+        return cls(signal, values[at], at)
+
+    def ts(self, index: int) -> datetime:
+        return self.signal.points[int(self.at[index])][0]
 
 
 def _best_stats(signals: list[series.Signal]) -> list[series.Signal]:
@@ -181,27 +256,25 @@ def _rank(signal: series.Signal) -> int:
     return STAT_PREFERENCE.index(signal.stat) if signal.stat in STAT_PREFERENCE else len(STAT_PREFERENCE)
 
 
-def _check(rule: Rule, signal: series.Signal) -> Event | None:
-    points = [(ts, v) for ts, v in signal.points if math.isfinite(v)]
-    onset = find_onset([v for _, v in points], direction=rule.direction, rel=rule.rel, floor=rule.floor)
+def _check(rule: Rule, curve: _Finite, onset: Onset | None) -> Event | None:
     if onset is None:
         return None
+    signal = curve.signal
     verb = "rose" if rule.direction > 0 else "fell"
     text = (f"{_label(signal)} {verb} from {_fmt(onset.baseline, signal.unit)} to {_fmt(onset.peak, signal.unit)} "
             f"(robust z {onset.z:.1f})")
-    return _event(rule.kind, rule.layer, rule.severity, signal, points, onset, text, "robust_z")
+    return _event(rule.kind, rule.layer, rule.severity, curve, onset, text, "robust_z")
 
 
-def _saturation(signal: series.Signal) -> Event | None:
-    points = [(ts, v) for ts, v in signal.points if math.isfinite(v)]
-    values = [v for _, v in points]
-    threshold = KV_SATURATED * (100.0 if values and max(values) > 1.5 else 1.0)  # a percent column, not a fraction
+def _saturation(curve: _Finite) -> Event | None:
+    values = curve.values
+    threshold = KV_SATURATED * (100.0 if len(values) and values.max() > 1.5 else 1.0)  # a percent column
     onset = find_saturation(values, threshold)
     if onset is None:
         return None
-    text = (f"{_label(signal)} at {onset.peak:.2f} (>= {threshold:g}) for {onset.end - onset.start + 1} points; "
+    text = (f"{_label(curve.signal)} at {onset.peak:.2f} (>= {threshold:g}) for {onset.end - onset.start + 1} points; "
             f"baseline {onset.baseline:.2f}")
-    event = _event("kv_cache_saturation", "gpu", "warning", signal, points, onset, text, "threshold")
+    event = _event("kv_cache_saturation", "gpu", "warning", curve, onset, text, "threshold")
     event.attrs["threshold"] = threshold
     return event
 
@@ -221,9 +294,9 @@ def _fmt(value: float, unit: str) -> str:
     return f"{value:.3g}{(' ' + unit) if unit else ''}"
 
 
-def _event(kind: str, layer: str, severity: str, signal: series.Signal, points: list[tuple[datetime, float]],
-           onset: Onset, text: str, method: str) -> Event:
-    start, end = points[onset.start][0], points[onset.end][0]
+def _event(kind: str, layer: str, severity: str, curve: _Finite, onset: Onset, text: str, method: str) -> Event:
+    signal = curve.signal
+    start, end = curve.ts(onset.start), curve.ts(onset.end)
     attrs: dict[str, Any] = {
         "metric": signal.metric, "stat": signal.stat, "unit": signal.unit,
         "baseline": _finite(onset.baseline), "peak": _finite(onset.peak), "z": _finite(onset.z),
