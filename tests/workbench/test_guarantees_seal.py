@@ -58,7 +58,7 @@ def test_forged_artifact_field_fails_verify_naming_the_artifact(tmp_path, field,
     assert code == 1, out
     assert f"altered: {sha}" in out and other not in out
     (named,) = [line for line in out.splitlines() if f"provenance altered: {sha}" in line]
-    assert named.endswith("changed after sealing"), named
+    assert named.startswith(f"artifact provenance altered: {sha} (") and named.endswith("changed after sealing")
 
 
 ALIAS_FIELDS = [("host", "node98"), ("source", "forged"), ("kind", "syslog"), ("collector", "host"),
@@ -80,7 +80,21 @@ def test_alias_row_added_or_removed_fails_verify(tmp_path):
     sha, _ = _sealed(path)
     _forge(path, "DELETE FROM artifact_alias", [])
     code, out, _ = run_cli("verify", path)
-    assert code == 1 and f"altered: {sha}" in out and "removed after sealing" in out
+    assert code == 1
+    assert f"artifact provenance altered: {sha} (kernel_log dmesg, host node01): its other-host (alias) rows " \
+           "removed after sealing" in out.splitlines()
+
+
+def test_artifact_removed_after_sealing_is_named_by_its_hash(tmp_path):
+    path = tmp_path / "b.duckdb"
+    sha, other = _sealed(path)
+    _forge(path, "DELETE FROM artifact_alias", [])
+    _forge(path, "DELETE FROM artifact WHERE sha256 = ?", [sha])
+    code, out, _ = run_cli("verify", path)
+    assert code == 1
+    assert f"artifact provenance altered: {sha}: collector, kind, host, source, captured_at or info removed after " \
+           "sealing" in out.splitlines()
+    assert other not in out
 
 
 CAPTURE_FIELDS = [("status", "ok"), ("reason", ""), ("started_at", datetime(2026, 3, 14, 9, 0)),
@@ -104,7 +118,9 @@ def test_forged_capture_metadata_fails_verify(tmp_path, key):
     _sealed(path)
     _forge(path, "UPDATE meta SET value = 'forged' WHERE key = ?", [key])
     code, out, _ = run_cli("verify", path)
-    assert code == 1 and "incident metadata altered" in out and "root digest mismatch" in out
+    assert code == 1 and "root digest mismatch" in out
+    assert "incident metadata altered: incident_id, title, created_at, captured_on, capture_started, since, " \
+           "complete, merged_from changed after sealing" in out.splitlines()
 
 
 def test_intact_bundle_verifies_and_the_seal_records_its_version(tmp_path):
@@ -179,6 +195,18 @@ def test_artifact_added_after_sealing_is_named(tmp_path):
     (named,) = [line for line in out.splitlines() if late in line]
     assert named.startswith(f"artifact provenance altered: {late} (unknown late, host -): ")
     assert named.endswith("added after sealing"), named
+
+
+def test_an_alias_is_kept_once_per_host(tmp_path):
+    """The same bytes from a host that already has them add nothing; from a new host they add an alias."""
+    path = tmp_path / "b.duckdb"
+    sha, _ = _sealed(path)
+    with Bundle.open(path, write=True) as bundle:
+        assert not bundle.add_alias(sha, kind="kernel_log", source="dmesg", host="node01")
+        assert not bundle.add_alias(sha, kind="kernel_log", source="dmesg", host="node02")
+        assert bundle.add_alias(sha, kind="kernel_log", source="dmesg", host="node03")
+        hosts = bundle.con.execute("SELECT host FROM artifact_alias ORDER BY host").fetchall()
+    assert hosts == [("node02",), ("node03",)]
 
 
 def test_unsealed_bundle_is_reported(tmp_path):
