@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -210,27 +211,40 @@ def series_points(bundle: Bundle, name: str, *, stat: str | None = None, host: s
                   until: datetime | None = None, max_points: int = 200) -> list[Curve]:
     """The curves of metric ``name`` (its most telling statistic unless ``stat`` is given: p99 before
     mean), one per host and server, with at most ``max_points`` points between ``since`` and ``until``."""
-    wanted = {name, *_HELPERS.get(name, ())}
-    if name in series.LATENCY:
-        wanted |= {"request_success", "request_failure"}  # Triton's cumulative durations are per request
+    return curves(bundle, [name], stat=stat, host=host, labels=labels, since=since, until=until,
+                  max_points=max_points).get(name, [])
+
+
+def curves(bundle: Bundle, names: Sequence[str] | None = None, *, stat: str | None = None, host: str | None = None,
+           labels: dict[str, str] | None = None, since: datetime | None = None, until: datetime | None = None,
+           max_points: int = 200) -> dict[str, list[Curve]]:
+    """:func:`series_points` for several metrics (every one when ``names`` is None) in one pass over the
+    series table, by metric in reading order."""
+    wanted: set[str] | None = None
+    if names is not None:
+        wanted = set(names)
+        for name in names:
+            wanted |= set(_HELPERS.get(name, ()))
+            if name in series.LATENCY:
+                wanted |= {"request_success", "request_failure"}  # Triton's cumulative durations are per request
     best: dict[tuple[Any, ...], series.Signal] = {}
-    for signal in series.signals(bundle.con, sorted(wanted)):
-        if signal.metric != name or (host is not None and signal.host != host) or not signal.points:
+    for signal in series.signals(bundle.con, sorted(wanted) if wanted is not None else None):
+        if (names is not None and signal.metric not in names) or not signal.points:
+            continue
+        if (host is not None and signal.host != host) or (stat is not None and signal.stat != stat):
             continue
         if labels and any(signal.identity.get(k) != v for k, v in labels.items()):
             continue
-        if stat is not None and signal.stat != stat:
-            continue
-        key = (signal.host, tuple(sorted(signal.identity.items())))
+        key = (signal.metric, signal.host or "", tuple(sorted(signal.identity.items())))
         if key not in best or _stat_rank(signal.stat) < _stat_rank(best[key].stat):
             best[key] = signal
     lo, hi = utc_naive(since), utc_naive(until)
-    out = []
-    for key in sorted(best, key=lambda k: (k[0] or "", k[1])):
+    out: dict[str, list[Curve]] = {}
+    for key in sorted(best, key=lambda k: (_order(k[0]), k[1], k[2])):
         signal = best[key]
         points = [(ts, v) for ts, v in signal.points if math.isfinite(v)
                   and (lo is None or ts >= lo) and (hi is None or ts <= hi)]
-        out.append(_curve(signal, downsample(points, max_points)))
+        out.setdefault(signal.metric, []).append(_curve(signal, downsample(points, max_points)))
     return out
 
 

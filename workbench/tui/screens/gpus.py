@@ -45,7 +45,7 @@ def bus_key(bus: str | None) -> str:
 
 def strip(values: Sequence[float | None], width: int | None = None) -> str:
     """Block characters scaled between the smallest and the largest value (a 78→91 °C rise shows);
-    a missing value is a blank, a flat line the lowest block."""
+    a missing value is a blank; a flat line sits mid-height, or at the bottom when it is zero."""
     present = [v for v in values if v is not None and math.isfinite(v)]
     if not present:
         return " " * len(values)
@@ -56,7 +56,7 @@ def strip(values: Sequence[float | None], width: int | None = None) -> str:
         if v is None or not math.isfinite(v):
             out.append(" ")
         else:
-            out.append(BLOCKS[0 if hi == lo else int(round((v - lo) / (hi - lo) * top))])
+            out.append(BLOCKS[int(round((v - lo) / (hi - lo) * top))] if hi > lo else BLOCKS[top // 2 if v else 0])
     return "".join(out)
 
 
