@@ -640,7 +640,13 @@ def _host_batch(rng: np.random.Generator, hosts: int, scrapes: int) -> list[tupl
         centre = np.where(incident, median * 8, median) * np.exp(rng.normal(0, 0.05, (hosts, scrapes)))
         cdf = np.stack([_lognormal_cdf(le, centre) for le in LES], axis=2)
         shares = np.diff(np.concatenate([np.zeros((hosts, scrapes, 1)), cdf], axis=2), axis=2)
-        per_bucket = np.stack([rng.binomial(arrivals, np.clip(shares[..., k], 0, 1)) for k in range(len(LES))], axis=2)
+        per_bucket = np.zeros((hosts, scrapes, len(LES)), dtype=np.int64)
+        left, rest = arrivals.copy(), np.ones((hosts, scrapes))
+        for k in range(len(LES)):  # a multinomial draw as a chain of binomials: every request lands in one bucket
+            share = np.clip(shares[..., k] / np.maximum(rest, 1e-12), 0, 1) if k < len(LES) - 1 else np.ones_like(rest)
+            per_bucket[..., k] = rng.binomial(left, share)
+            left -= per_bucket[..., k]
+            rest -= shares[..., k]
         cumulative = _cumulative(np.cumsum(per_bucket, axis=2), restart)
         for k, le in enumerate(LES):
             out.append((f"{name}_bucket", labels(metric, le="+Inf" if math.isinf(le) else repr(le)), cumulative[..., k]))

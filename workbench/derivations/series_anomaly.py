@@ -103,8 +103,8 @@ def find_onsets(curves: Sequence[Sequence[float]], shapes: Sequence[Shape], *, z
 
     The baseline of point i is the median of the up to ``BASELINE_POINTS`` points before it: one
     pandas rolling median over all curves laid end to end, each window kept inside its curve. The
-    magnitude test then runs on whole columns; the MAD and the run are only computed for the points
-    that pass it (rare on a healthy curve)."""
+    magnitude test then runs on whole columns, the MAD (over sliding windows) only for the points that
+    pass it (rare on a healthy curve), and the run only from the points whose robust z is high enough."""
     import numpy as np
 
     arrays = [np.asarray(values, dtype=float) for values in curves]
@@ -121,18 +121,33 @@ def find_onsets(curves: Sequence[Sequence[float]], shapes: Sequence[Shape], *, z
                       np.repeat([s.floor for s in shapes], lengths))
     with np.errstate(invalid="ignore"):
         shift = direction * (flat - median)
-        candidate = (shift >= need) & (shift > 0)
+        candidate = np.flatnonzero((shift >= need) & (shift > 0))
+    # A perfectly flat baseline has MAD 0: take 1 % of its level as the noise floor, so z stays a
+    # readable number (not 1e14) while the magnitude test ``need`` still decides.
+    mad = _baseline_mads(flat, curve_start, median, candidate)
+    scale = np.maximum(np.maximum(MAD_TO_SIGMA * mad, 0.01 * np.abs(median[candidate])), 1e-12)
+    strong = shift[candidate] / scale >= z
     found: list[Onset | None] = [None] * len(arrays)
-    by_curve = np.searchsorted(offsets, np.flatnonzero(candidate), side="right") - 1
-    for c in np.unique(by_curve).tolist():
-        values, base = arrays[c], int(offsets[c])
-        for i in (np.flatnonzero(candidate[base:base + len(values)])).tolist():
-            onset = _run_from(values, i, float(median[base + i]), float(need[base + i]), shapes[c].direction, z,
-                              persist)
-            if onset is not None:
-                found[c] = onset
-                break
+    curve_of = np.searchsorted(offsets, candidate[strong], side="right") - 1
+    for at, spread, c in zip(candidate[strong].tolist(), scale[strong].tolist(), curve_of.tolist()):  # in order
+        if found[c] is None:
+            found[c] = _run_from(arrays[c], at - int(offsets[c]), float(median[at]), float(need[at]), spread,
+                                 shapes[c].direction, z, persist)
     return found
+
+
+def _baseline_mads(flat: np.ndarray, curve_start: np.ndarray, median: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Median absolute deviation of the baseline window before each point of ``at`` from its median."""
+    import numpy as np
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    if len(at) == 0:
+        return np.zeros(0)
+    padded = np.concatenate([np.full(BASELINE_POINTS, np.nan), flat])
+    windows = sliding_window_view(padded, BASELINE_POINTS)[at].copy()  # flat[at - BASELINE_POINTS:at]
+    first_index = at[:, None] - BASELINE_POINTS + np.arange(BASELINE_POINTS)[None, :]
+    windows[first_index < curve_start[at][:, None]] = np.nan  # never the curve before
+    return np.nanmedian(np.abs(windows - median[at][:, None]), axis=1)
 
 
 def _baseline_medians(flat: np.ndarray, curve_start: np.ndarray, min_baseline: int) -> np.ndarray:
@@ -151,20 +166,14 @@ def _baseline_medians(flat: np.ndarray, curve_start: np.ndarray, min_baseline: i
     return pd.Series(flat).rolling(Before(lo=lo, hi=position), min_periods=min_baseline).median().to_numpy()
 
 
-def _run_from(values: np.ndarray, i: int, median: float, need: float, direction: int, z: float,
+def _run_from(values: np.ndarray, i: int, median: float, need: float, scale: float, direction: int, z: float,
               persist: int) -> Onset | None:
     """The anomalous run starting at ``i`` against the baseline before it, if long (or extreme) enough."""
     import numpy as np
 
-    window = values[max(0, i - BASELINE_POINTS):i]
-    # A perfectly flat baseline has MAD 0: take 1 % of its level as the noise floor, so z stays a
-    # readable number (not 1e14) while the magnitude test ``need`` still decides.
-    scale = max(MAD_TO_SIGMA * float(np.median(np.abs(window - median))), 0.01 * abs(median), 1e-12)
     shift = direction * (values[i:] - median)
     score = np.where((shift >= need) & (shift > 0), shift / scale, 0.0)
     first = float(score[0])
-    if first < z:
-        return None
     short = np.flatnonzero(score[1:] < z)
     length = int(short[0]) + 1 if len(short) else len(score)
     j = i + length - 1
@@ -231,7 +240,7 @@ class _Finite:
     def of(cls, signal: series.Signal) -> _Finite:
         import numpy as np
 
-        values = np.fromiter((v for _, v in signal.points), dtype=float, count=len(signal.points))
+        values = np.array([v for _, v in signal.points], dtype=float)
         at = np.flatnonzero(np.isfinite(values))
         return cls(signal, values[at], at)
 
