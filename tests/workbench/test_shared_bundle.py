@@ -50,3 +50,29 @@ def test_a_reader_waits_for_a_short_writer_instead_of_failing(tmp_path):
     with store.read() as bundle:
         assert bundle.meta()
     holder.wait(timeout=30)
+
+
+def test_a_write_waits_for_a_background_read_of_the_same_process(tmp_path):
+    """DuckDB refuses a writable connection while this process holds a read-only one to the same file
+    (the cockpit's analysis thread and a journal write): they take turns instead of failing."""
+    import threading
+
+    path = tmp_path / "b.duckdb"
+    Bundle.create(path).close()
+    store = SharedBundle(path, "alice")
+    reading = threading.Event()
+
+    def background_read() -> None:
+        with store.read() as bundle:
+            reading.set()
+            bundle.meta()
+            threading.Event().wait(0.3)
+
+    reader = threading.Thread(target=background_read)
+    reader.start()
+    assert reading.wait(10)
+    with store.write() as bundle:
+        journal.add_note(bundle, store.author, "written while the analysis read")
+    reader.join()
+    with store.read() as bundle:
+        assert [n.body["text"] for n in journal.state(bundle).notes] == ["written while the analysis read"]
