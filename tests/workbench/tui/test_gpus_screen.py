@@ -7,6 +7,7 @@ import pytest
 from textual.widgets import DataTable, Static
 
 from tests.workbench.tui.conftest import wait_for
+from workbench.bundle import Bundle
 from workbench.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
 from workbench.tui.screens.gpus import GpusScreen, bus_key, strip
@@ -66,3 +67,18 @@ def test_strip_scales_between_extremes_and_leaves_gaps():
     assert strip([78, 91, None, 84.5]) == "▁█ ▅"
     assert strip([5, 5]) == "▄▄" and strip([0, 0]) == "▁▁" and strip([None]) == " "
     assert bus_key("00000000:5D:00.0") == bus_key("0000:5d:00.0") == "0000:5d:00.0"
+
+
+async def test_enter_on_the_culprit_opens_its_worst_raw_line(training_incident):
+    app = Cockpit(SharedBundle(training_incident.path, "tester"), analysis=training_incident.analysis)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("g")
+        await wait_for(pilot, lambda: isinstance(app.screen, GpusScreen))
+        await pilot.pause()
+        app.screen.query_one("#gpus-table", DataTable).focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.current_mode == "evidence")
+        artifact, line = app.evidence_target
+        with Bundle.open(training_incident.path) as bundle:
+            raw = bundle.artifact_lines(artifact, line)[0]
+        assert "Xid" in raw and "79" in raw  # the off-the-bus line, not a later symptom

@@ -110,6 +110,7 @@ class GpusScreen(CockpitScreen):
         self._gpus: list[Gpu] = []
         self._named: dict[tuple[str | None, str], tuple[int, str]] = {}
         self._shown: tuple[str | None, str] | None = None
+        self._events: list[dict[str, Any]] = []
 
     def compose(self) -> ComposeResult:
         yield Static(id="gpus-head")
@@ -120,7 +121,7 @@ class GpusScreen(CockpitScreen):
 
     def on_mount(self) -> None:
         table = self.query_one("#gpus-table", DataTable)
-        table.border_title = "GPUs (◀ named by the analysis)"
+        table.border_title = "GPUs (◀ named by the analysis · enter: raw line of its worst event)"
         for label, key in (("", "mark"), ("host", "host"), ("GPU", "gpu"), ("model", "model"), ("°C", "temp"),
                            ("W", "power"), ("util", "util"), ("state", "flags"), ("samples", "samples"),
                            ("driver", "driver"), ("vbios", "vbios"), ("PCIe max", "pcie"), ("memory", "memory"),
@@ -197,6 +198,18 @@ class GpusScreen(CockpitScreen):
         if found is not None:
             self._show(found)
 
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a GPU: the raw line of its worst event (its earliest critical one, else error, else warning)."""
+        if event.data_table.id != "gpus-table":
+            return
+        rank = {sev: n for n, sev in enumerate(reversed(NOTABLE))}
+        dated = [e for e in self._events if e.get("artifact")]
+        if not dated:
+            self.notify("no raw line names this GPU", severity="warning")
+            return
+        worst = min(dated, key=lambda e: rank.get(e["severity"], len(rank)))
+        self.cockpit.open_evidence(worst["artifact"], worst["line"])
+
     def on_resize(self, _event: Resize) -> None:
         chosen = next((g for g in self._gpus if (g.host, g.gpu) == self._shown), None)
         if chosen is not None:
@@ -212,6 +225,7 @@ class GpusScreen(CockpitScreen):
             events = query.events(bundle, flt, limit=EVENT_LINES)
             count = query.count_events(bundle, flt) if len(events) == EVENT_LINES else len(events)
         self.query_one("#gpus-detail-box").border_title = f"Samples · {g.host or '-'} {g.gpu}"
+        self._events = events
         detail = render_detail(g, got, self.named(g))
         detail.append_text(render_events(events, count, self.size.width - 6))
         self.query_one("#gpus-detail", Static).update(detail)

@@ -32,7 +32,8 @@ from workbench.tui.text import BLOCKS, clip
 ALL_HOSTS = "*"
 Y_LABEL = 9
 DEFAULT_CHARTS = 4
-WINDOW_STYLE = "on grey27"
+WINDOW_SHADE = {True: "on grey27", False: "on grey85"}
+"""The incident window's background in a dark and in a light theme."""
 MAX_SPAN = timedelta(hours=6)
 MAX_POINTS = 600
 """Points kept per curve: more than a chart has columns on any terminal."""
@@ -102,7 +103,8 @@ def _col(ts: datetime, start: datetime, end: datetime, width: int) -> int | None
 
 
 def render_chart(curves: list[Curve], *, metric: str, unit: str, start: datetime, end: datetime, width: int,
-                 height: int, window: tuple[datetime | None, datetime | None], onsets: list[Anomaly]) -> Text:
+                 height: int, window: tuple[datetime | None, datetime | None], onsets: list[Anomaly],
+                 shade: str = WINDOW_SHADE[True]) -> Text:
     """A block chart of the worst value per column, the window shaded and bracketed, onsets marked ▲."""
     plot = max(8, width - Y_LABEL - 1)
     values = _columns(curves, start, end, plot)
@@ -131,7 +133,7 @@ def render_chart(curves: list[Curve], *, metric: str, unit: str, start: datetime
             fill = 0 if level is None else max(0, min(8, int(round(level - row * 8))))
             if level is not None and row == 0 and fill == 0:
                 fill = 1  # a value at the floor still shows that there was a sample
-            out.append(BLOCKS[fill - 1] if fill else " ", WINDOW_STYLE if in_window[i] else "")
+            out.append(BLOCKS[fill - 1] if fill else " ", shade if in_window[i] else "")
         out.append("\n")
     axis = ["─"] * plot
     if w0 is not None:
@@ -340,7 +342,7 @@ class LatencyScreen(CockpitScreen):
             chart = _title(fam, curves, self.host)
             chart.append_text(render_chart(curves, metric=metric, unit=fam.unit if fam else "", start=span[0],
                                            end=span[1], width=width, height=height, window=self.window(),
-                                           onsets=onsets))
+                                           onsets=onsets, shade=WINDOW_SHADE[self.app.current_theme.dark]))
             chart.append_text(_onset_lines(onsets, fam.unit if fam else "", metric, width))
             chart.rstrip()
             charts.append(Static(chart, classes="lat-chart", id=f"lat-chart-{metric}"))
