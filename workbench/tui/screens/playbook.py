@@ -1,0 +1,645 @@
+"""Playbook: stage 0 → the five layers → validate & recover, walked one check at a time.
+
+Left, the walk as a tree: every layer and check with the engine's verdict mark (✓ ? ✗ ·) and the
+responder's word beside it ("✗ → ✓ by alice: replaced riser, 10:02"), then what the responders
+decided (root cause, action items, notes). Right, the selected node: its question, why it is
+asked, the verdict and its history, and the evidence rows behind it (Enter opens the raw line).
+
+Everything the responder says goes to the bundle's journal (``workbench.journal``) signed with
+their name, so it is there after a restart and in the postmortem. A layer is not called clear
+while one of its checks is unreviewed unless the responder says why: the walk exists so that no
+layer is skipped by accident.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import DataTable, Footer, Static, Tree
+from textual.widgets.tree import TreeNode
+
+from collectors.vocabulary import LAYER_TITLES, LAYERS, VERDICT_MARKS
+from workbench import journal
+from workbench.bundle import Bundle
+from workbench.errors import GpuwbError
+from workbench.findings import Analysis, Check, Step
+from workbench.playbook_review import CheckRows, check_rows, clear_needs_reason, unreviewed
+from workbench.tui.dialogs import (
+    ActionItemDialog,
+    FieldDialog,
+    NoteDialog,
+    RootCauseChoice,
+    RootCauseDialog,
+    TimesDialog,
+    VerdictChoice,
+    VerdictDialog,
+)
+from workbench.tui.screens.base import CockpitScreen, Spec
+from workbench.tui.text import clip, short_time, verdict_style
+
+STEP_MARKS = {"ok": ("✓", "green"), "attention": ("!", "yellow"), "todo": ("☐", "")}
+
+
+@dataclass(frozen=True)
+class Node:
+    """What a tree node stands for: ``kind`` (stage0, step, layer, check, recover, root, actions,
+    action, notes, note) and its key (layer name, check id, step id, action item id, note id)."""
+
+    kind: str
+    key: str = ""
+
+
+class PlaybookScreen(CockpitScreen):
+    """The layered walk, with the responder's verdicts, notes, root cause and action items."""
+
+    BINDINGS = [
+        Binding("c", "confirm", "confirm"),
+        Binding("o", "override", "override"),
+        Binding("n", "note", "note"),
+        Binding("R", "root_cause", "root cause", key_display="R"),
+        Binding("a", "add_action", "action item"),
+        Binding("A", "edit_action", "edit item", key_display="A"),
+        Binding("T", "times", "times", key_display="T"),
+        Binding("S", "fields", "severity/status", key_display="S"),
+        Binding("w", "switch_workload", "workload"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = journal.JournalState()
+        self.current: Node | None = None
+        self.nodes: dict[Node, TreeNode[Node]] = {}
+        self.rows: list[dict[str, Any]] = []
+        self._row_cache: dict[tuple[str, str], CheckRows] = {}
+        self._built_for: Analysis | None = None
+        self._state_version = -1
+        """The journal_version ``state`` was read at: a write of this screen reads it back at once."""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="pb-head")
+        with Horizontal(id="pb-body"):
+            yield Tree(Text("playbook"), id="pb-tree", classes="panel")
+            with Vertical(id="pb-right"):
+                with VerticalScroll(id="pb-detail-box", classes="panel"):
+                    yield Static(id="pb-detail")
+                yield DataTable(id="pb-rows", classes="panel", cursor_type="row")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        tree = self.query_one("#pb-tree", Tree)
+        tree.show_root = False
+        tree.border_title = "Playbook"
+        self.query_one("#pb-detail-box").border_title = "Selected"
+        rows = self.query_one("#pb-rows", DataTable)
+        rows.border_title = "Evidence (enter: open raw line)"
+        rows.add_columns("time", "host", "GPU", "str.", "kind", "line")
+        self._load_journal()
+        super().on_mount()
+        self.watch(self.app, "playbook_layer", self._goto_layer, init=True)
+        tree.focus()
+
+    # -- data --------------------------------------------------------------------------------------
+    def _load_journal(self) -> None:
+        with self.store.read() as bundle:
+            self.state = journal.state(bundle)
+        self._state_version = self.cockpit.journal_version
+
+    def analysis_changed(self, analysis: Analysis | None) -> None:
+        if analysis is None:
+            self.query_one("#pb-head", Static).update(Text("analysing… the playbook appears when it is done", "italic"))
+            return
+        if analysis is not self._built_for:
+            self._built_for = analysis
+            self._build_tree(analysis)
+        self._paint_head()
+
+    def journal_changed(self) -> None:
+        if self._state_version != self.cockpit.journal_version:
+            self._load_journal()
+        if self.analysis is None:
+            return
+        self._relabel(self.analysis)
+        self._paint_head()
+        self._show(self.current)
+
+    # -- the tree ----------------------------------------------------------------------------------
+    def _build_tree(self, analysis: Analysis) -> None:
+        tree = self.query_one("#pb-tree", Tree)
+        tree.clear()
+        tree.root.label = Text(analysis.playbook_title or "playbook")
+        self.nodes = {}
+        stage0 = self._add(tree.root, Node("stage0"), Text("Stage 0 · before anything is touched", "bold"))
+        for step in analysis.stage0:
+            self._add(stage0, Node("step", f"stage0/{step.id}"), _step_label(step), leaf=True)
+        stage0.expand()
+        focus = analysis.top.layer if analysis.top else None
+        for layer in LAYERS:
+            node = self._add(tree.root, Node("layer", layer), Text(LAYER_TITLES[layer]))
+            for check in analysis.checks_in(layer):
+                self._add(node, Node("check", check.id), Text(check.title), leaf=True)
+            if layer == focus or analysis.layer_verdicts.get(layer) in ("fault", "suspect"):
+                node.expand()
+        recover = self._add(tree.root, Node("recover"), Text("Validate & recover", "bold"))
+        for step in analysis.recover:
+            self._add(recover, Node("step", f"recover/{step.id}"), _step_label(step), leaf=True)
+        self._add(tree.root, Node("root"), Text("Root cause"), leaf=True)
+        self._add(tree.root, Node("actions"), Text("Action items"))
+        self._add(tree.root, Node("notes"), Text("Notes"))
+        self._relabel(analysis)
+        target = self.nodes.get(Node("layer", self.cockpit.playbook_layer or "")) or self.nodes.get(
+            Node("layer", focus or "")) or stage0
+        self._move_to(target)
+
+    def _add(self, parent: TreeNode[Node], ref: Node, label: Text, *, leaf: bool = False) -> TreeNode[Node]:
+        node = parent.add_leaf(label, data=ref) if leaf else parent.add(label, data=ref)
+        self.nodes[ref] = node
+        return node
+
+    def _relabel(self, analysis: Analysis) -> None:
+        """Labels that carry the journal: verdicts, the root cause, the action items and notes."""
+        for n, layer in enumerate(LAYERS, start=1):
+            self.nodes[Node("layer", layer)].set_label(self._layer_label(analysis, n, layer))
+            for check in analysis.checks_in(layer):
+                self.nodes[Node("check", check.id)].set_label(self._check_label(check))
+        self.nodes[Node("root")].set_label(self._root_label(analysis))
+        actions = self.nodes[Node("actions")]
+        actions.set_label(Text.assemble(("Action items", "bold"), f" ({len(self.state.actions)})"))
+        self._refill(actions, [(Node("action", a.id), _action_label(a)) for a in self.state.actions])
+        notes = self.nodes[Node("notes")]
+        notes.set_label(Text.assemble(("Notes", "bold"), f" ({len(self.state.notes)})"))
+        self._refill(notes, [(Node("note", str(e.id)), Text(f"{e.author}: {clip(e.body.get('text'), 60)}"))
+                             for e in self.state.notes])
+
+    def _refill(self, parent: TreeNode[Node], children: list[tuple[Node, Text]]) -> None:
+        """Replace a journal subtree; the cursor stays on the same item when it still exists."""
+        for child in list(parent.children):
+            self.nodes.pop(child.data, None)
+        parent.remove_children()
+        for ref, label in children:
+            self._add(parent, ref, label, leaf=True)
+        if self.current is not None and self.current.kind in ("action", "note") and self.current in self.nodes:
+            parent.expand()
+            self._move_to(self.nodes[self.current])
+
+    def _layer_label(self, analysis: Analysis, n: int, layer: str) -> Text:
+        engine = analysis.layer_verdicts.get(layer, "no_evidence")
+        checks = analysis.checks_in(layer)
+        waiting = len(unreviewed(analysis, self.state, layer))
+        out = Text.assemble((f"{n} {LAYER_TITLES[layer]} ", "bold"), _mark(engine, word=True),
+                            (f"  {len(checks) - waiting}/{len(checks)} reviewed", "dim"))
+        out.append_text(_responder(engine, self.state.verdicts.get(layer), word=True))
+        return out
+
+    def _check_label(self, check: Check) -> Text:
+        out = Text.assemble(_mark(check.verdict, word=False), " " + check.title)
+        if check.rows:
+            out.append(f" ({check.rows})", "dim")
+        if check.error:
+            out.append(" (query failed)", "red")
+        out.append_text(_responder(check.verdict, self.state.check_verdicts.get(check.id), word=False))
+        return out
+
+    def _root_label(self, analysis: Analysis) -> Text:
+        marked = self.state.root_cause
+        if marked is not None:
+            where = " ".join(x for x in (marked.body.get("host"), marked.body.get("gpu")) if x)
+            return Text.assemble(("Root cause ", "bold"), (marked.body.get("cause", ""), "bold"), f" {where}",
+                                 (f" (by {marked.author})", "italic"))
+        top = analysis.top
+        if top is None:
+            return Text.assemble(("Root cause ", "bold"), ("not marked (R)", "dim"))
+        return Text.assemble(("Root cause ", "bold"), f"{top.cause} {top.where}", (" (engine; R to mark)", "dim"))
+
+    def _move_to(self, node: TreeNode[Node]) -> None:
+        parent = node.parent
+        while parent is not None:
+            parent.expand()
+            parent = parent.parent
+        tree = self.query_one("#pb-tree", Tree)
+        self.call_after_refresh(tree.move_cursor, node)
+        self.current = node.data
+        self._show(node.data)
+
+    def _goto_layer(self, layer: str | None) -> None:
+        node = self.nodes.get(Node("layer", layer or ""))
+        if node is not None:
+            node.expand()
+            self._move_to(node)
+            self.query_one("#pb-tree", Tree).focus()
+
+    def on_tree_node_highlighted(self, event: Tree.NodeHighlighted) -> None:
+        if event.node.data is not None and event.node.data != self.current:
+            self.current = event.node.data
+            self._show(self.current)
+
+    def on_tree_node_selected(self, event: Tree.NodeSelected) -> None:
+        if event.node.data is not None and event.node.data.kind in ("check", "step") and self.rows:
+            self.query_one("#pb-rows", DataTable).focus()
+
+    # -- the right side ----------------------------------------------------------------------------
+    def _show(self, ref: Node | None) -> None:
+        self.refresh_bindings()
+        analysis = self.analysis
+        if ref is None or analysis is None:
+            return
+        painter: dict[str, Callable[[Analysis, Node], Text]] = {
+            "layer": self._layer_detail, "check": self._check_detail, "step": self._step_detail,
+            "root": self._root_detail, "action": self._action_detail, "note": self._note_detail}
+        paint = painter.get(ref.kind, self._section_detail)
+        self.query_one("#pb-detail", Static).update(paint(analysis, ref))
+        if ref.kind == "check":
+            cached = self._row_cache.get((analysis.workload, ref.key))
+            if cached is not None:
+                self._fill_rows(cached.rows, cached.total)
+            else:
+                self._fill_rows([], None)
+                self._load_rows(analysis.workload, ref.key)
+        elif ref.kind == "step":
+            step = _step(analysis, ref.key)
+            self._fill_rows([{"ts": _parse(e.get("ts")), "host": e.get("host"), "text": e.get("text")}
+                             for e in (step.evidence if step else ())], None)
+        else:
+            self._fill_rows([], None)
+
+    @work(thread=True, exclusive=True, group="check-rows")
+    def _load_rows(self, workload: str, check_id: str) -> None:
+        """The check's SQL runs in the background: a big bundle must not freeze the cursor."""
+        try:
+            with self.store.read() as bundle:
+                result = check_rows(bundle, workload, check_id)
+        except GpuwbError as exc:
+            self.app.call_from_thread(self.notify, f"evidence of {check_id}: {exc}", severity="error")
+            return
+        self.app.call_from_thread(self._rows_loaded, workload, result)
+
+    def _rows_loaded(self, workload: str, result: CheckRows) -> None:
+        self._row_cache[(workload, result.check)] = result
+        if self.current == Node("check", result.check):
+            self._fill_rows(result.rows, result.total)
+
+    def _fill_rows(self, rows: list[dict[str, Any]], total: int | None) -> None:
+        table = self.query_one("#pb-rows", DataTable)
+        table.clear()
+        self.rows = rows
+        for n, row in enumerate(rows):
+            strength = row.get("strength")
+            table.add_row(short_time(row.get("ts"), seconds=True), row.get("host") or "-", row.get("gpu") or "-",
+                          f"{strength:.2f}" if isinstance(strength, float) else "",
+                          row.get("kind") or "", clip(row.get("text"), 200), key=str(n))
+        shown = f"{len(rows)} of {total}" if total is not None and total > len(rows) else str(len(rows))
+        table.border_title = f"Evidence: {shown} row(s) (enter: open raw line)" if rows else "Evidence: none"
+
+    def _layer_detail(self, analysis: Analysis, ref: Node) -> Text:
+        layer = ref.key
+        engine = analysis.layer_verdicts.get(layer, "no_evidence")
+        out = Text.assemble((f"Layer {LAYERS.index(layer) + 1}: {LAYER_TITLES[layer]}\n", "bold"))
+        out.append(f"{analysis.layer_focus.get(layer, '')}\n\n")
+        out.append("engine: ")
+        out.append(f"{VERDICT_MARKS[engine]} {engine.replace('_', ' ')}\n", verdict_style(engine))
+        _history(out, self.state.verdict_history.get(layer, []), engine)
+        out.append("\nchecks:\n", "bold")
+        for check in analysis.checks_in(layer):
+            out.append("  ")
+            out.append_text(self._check_label(check))
+            if check.id not in self.state.check_verdicts:
+                out.append("  unreviewed", "italic")
+            out.append("\n")
+        why = clear_needs_reason(analysis, self.state, layer)
+        if why:
+            out.append("\nto call it clear: review its checks (c/o on each), or give a reason\n", "dim")
+        out.append("\nc confirm the engine · o override (with a reason) · n note", "dim")
+        return out
+
+    def _check_detail(self, analysis: Analysis, ref: Node) -> Text:
+        check = next(c for c in analysis.checks if c.id == ref.key)
+        out = Text.assemble((check.title, "bold"), (f"   {LAYER_TITLES[check.layer]} · {check.id} · {check.role}\n",
+                                                     "dim"))
+        out.append("question: ", "bold")
+        out.append(check.question + "\n")
+        out.append("why: ", "bold")
+        out.append(check.why + "\n\n")
+        out.append("engine: ")
+        out.append(f"{VERDICT_MARKS[check.verdict]} {check.verdict.replace('_', ' ')}", verdict_style(check.verdict))
+        out.append(f"  {check.rows} row(s), strongest {check.max_strength:.2f}; causes: {', '.join(check.causes)}\n")
+        if check.error:
+            out.append(f"the check's query failed: {check.error}\n", "red")
+        _history(out, self.state.check_verdict_history.get(check.id, []), check.verdict)
+        out.append("\nc confirm · o override · n note (pinned to the highlighted row) · tab: rows", "dim")
+        return out
+
+    def _step_detail(self, analysis: Analysis, ref: Node) -> Text:
+        step = _step(analysis, ref.key)
+        if step is None:
+            return Text()
+        out = Text.assemble((step.title + "\n", "bold"))
+        out.append_text(_step_label(step))
+        out.append("\n\ndo: ", "bold")
+        out.append(step.action + "\n")
+        out.append("why: ", "bold")
+        out.append(step.why + "\n")
+        return out
+
+    def _root_detail(self, analysis: Analysis, _ref: Node) -> Text:
+        out = Text.assemble(("Root cause\n", "bold"))
+        marked = self.state.root_cause
+        if marked is not None:
+            body = marked.body
+            out.append(f"marked by {marked.author} at {short_time(marked.at)}: {body.get('cause')} "
+                       f"{body.get('host') or ''} {body.get('gpu') or ''}\n{body.get('text') or ''}\n\n")
+        for h in analysis.hypotheses[:5]:
+            out.append(f"{h.score:.2f} {h.layer}/{h.cause}  {h.where}\n", "bold" if h.rank == 1 else "")
+            out.append(f"     {clip(h.summary, 140)}\n", "dim")
+        out.append("\nR mark the root cause (prefilled from the top hypothesis)", "dim")
+        return out
+
+    def _action_detail(self, _analysis: Analysis, ref: Node) -> Text:
+        item = next((a for a in self.state.actions if a.id == ref.key), None)
+        if item is None:
+            return Text()
+        out = Text.assemble((f"{item.id} {item.title}\n", "bold"))
+        out.append(f"owner {item.owner or 'unassigned'} · {item.priority} · {item.status.replace('_', ' ')}"
+                   f" · due {item.due or 'not set'}\n")
+        out.append(f"created by {item.created_by} {short_time(item.created_at)}; last changed by {item.changed_by} "
+                   f"{short_time(item.changed_at)}\n\n")
+        out.append("A edit (status too) · a add another", "dim")
+        return out
+
+    def _note_detail(self, _analysis: Analysis, ref: Node) -> Text:
+        note = next((e for e in self.state.notes if str(e.id) == ref.key), None)
+        if note is None:
+            return Text()
+        about = journal.parse_ts(note.body.get("ts"))
+        return Text.assemble((f"{note.author} at {short_time(note.at)}", "bold"),
+                             (f" about {short_time(about, seconds=True)}" if about else "", "dim"),
+                             "\n\n" + note.body.get("text", ""))
+
+    def _section_detail(self, analysis: Analysis, ref: Node) -> Text:
+        titles = {"stage0": "Stage 0: secure the scene before anything is touched",
+                  "recover": "Validate & recover: prove the fix before calling it done",
+                  "actions": "Action items: a to add one, A to edit the highlighted one",
+                  "notes": "Notes: n to add one (pinned to the highlighted evidence row, if any)"}
+        return Text(titles.get(ref.kind, ""), "bold")
+
+    def _paint_head(self) -> None:
+        analysis = self.analysis
+        if analysis is None:
+            return
+        fields = self.state.fields
+        severity = fields["severity"].body.get("value") if "severity" in fields else "severity not set"
+        status = fields["status"].body.get("value") if "status" in fields else "status not set"
+        total = len(analysis.checks)
+        reviewed = sum(1 for c in analysis.checks if c.id in self.state.check_verdicts)
+        times = [f"{which} {short_time(journal.parse_ts(e.body.get('ts')))}" for which, e in self.state.times.items()]
+        line = Text.assemble((analysis.playbook_title or "Playbook", "bold"),
+                             f" · workload {analysis.workload} (w switches) · {severity} · {status.replace('_', ' ')}"
+                             f" · {reviewed}/{total} checks reviewed")
+        if times:
+            line.append(" · " + " · ".join(times), "dim")
+        self.query_one("#pb-head", Static).update(line)
+
+    # -- keys --------------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The footer shows only what applies to the highlighted node."""
+        kind = self.current.kind if self.current else None
+        if action in ("confirm", "override"):
+            return kind in ("layer", "check")
+        if action == "edit_action":
+            return kind == "action"
+        return True
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id != "pb-rows" or event.row_key.value is None:
+            return
+        row = self.rows[int(event.row_key.value)]
+        if not row.get("artifact"):
+            self.notify("this row has no raw line (derived or summarised)", severity="warning")
+            return
+        self.cockpit.open_evidence(row["artifact"], row.get("line"))
+
+    def action_confirm(self) -> None:
+        analysis, ref = self.analysis, self.current
+        if analysis is None or ref is None:
+            return
+        if ref.kind == "check":
+            check = next(c for c in analysis.checks if c.id == ref.key)
+            self._write(f"{check.title}: {check.verdict.replace('_', ' ')} confirmed",
+                        lambda b: journal.set_check_verdict(b, self.store.author, check.id, check.verdict))
+            return
+        if ref.kind != "layer":
+            return
+        engine = analysis.layer_verdicts.get(ref.key, "no_evidence")
+        why = clear_needs_reason(analysis, self.state, ref.key) if engine == "clear" else None
+        if why:
+            self._ask_verdict(ref.key, engine, engine, {"clear": why})
+            return
+        self._write(f"{LAYER_TITLES[ref.key]}: {engine.replace('_', ' ')} confirmed",
+                    lambda b: journal.set_verdict(b, self.store.author, ref.key, engine))
+
+    def action_override(self) -> None:
+        analysis, ref = self.analysis, self.current
+        if analysis is None or ref is None:
+            return
+        if ref.kind == "check":
+            check = next(c for c in analysis.checks if c.id == ref.key)
+            mine = self.state.check_verdicts.get(check.id)
+            current = mine.body.get("verdict") if mine else check.verdict
+
+            def done(choice: VerdictChoice | None) -> None:
+                if choice is not None:
+                    self._write(f"{check.title}: {choice.verdict.replace('_', ' ')}",
+                                lambda b: journal.set_check_verdict(b, self.store.author, check.id, choice.verdict,
+                                                                    choice.reason))
+
+            self.app.push_screen(VerdictDialog(f"check: {check.title}", check.verdict, current=current), done)
+        elif ref.kind == "layer":
+            engine = analysis.layer_verdicts.get(ref.key, "no_evidence")
+            mine = self.state.verdicts.get(ref.key)
+            why = clear_needs_reason(analysis, self.state, ref.key)
+            self._ask_verdict(ref.key, engine, mine.body.get("verdict") if mine else engine,
+                              {"clear": why} if why else {})
+
+    def _ask_verdict(self, layer: str, engine: str, current: str, explain: dict[str, str]) -> None:
+        def done(choice: VerdictChoice | None) -> None:
+            if choice is not None:
+                self._write(f"{LAYER_TITLES[layer]}: {choice.verdict.replace('_', ' ')}",
+                            lambda b: journal.set_verdict(b, self.store.author, layer, choice.verdict, choice.reason))
+
+        self.app.push_screen(VerdictDialog(f"layer {LAYER_TITLES[layer]}", engine, current=current, explain=explain),
+                             done)
+
+    def action_note(self) -> None:
+        pinned, ts = None, None
+        table = self.query_one("#pb-rows", DataTable)
+        if self.focused is table and self.rows and 0 <= table.cursor_row < len(self.rows):
+            row = self.rows[table.cursor_row]
+            ts = row.get("ts")
+            where = f" line {row['line']}" if row.get("line") else ""
+            pinned = (f"{short_time(ts, seconds=True)} {row.get('host') or '-'}{where}: "
+                      f"{clip(row.get('text'), 80)}")
+
+        def done(text: str | None) -> None:
+            if text:
+                self._write("note added", lambda b: journal.add_note(b, self.store.author, text, ts=ts))
+
+        self.app.push_screen(NoteDialog(pinned=pinned), done)
+
+    def action_root_cause(self) -> None:
+        marked, top = self.state.root_cause, self.cockpit.top()
+        if marked is not None:
+            body = marked.body
+            dialog = RootCauseDialog(body.get("cause", ""), host=body.get("host"), gpu=body.get("gpu"),
+                                     text=body.get("text") or "")
+        elif top is not None:
+            dialog = RootCauseDialog(top.cause, host=top.host, gpu=top.gpu, text=top.summary)
+        else:
+            dialog = RootCauseDialog()
+
+        def done(choice: RootCauseChoice | None) -> None:
+            if choice is not None:
+                self._write(f"root cause: {choice.cause}",
+                            lambda b: journal.mark_root_cause(b, self.store.author, choice.cause, host=choice.host,
+                                                              gpu=choice.gpu, text=choice.text))
+
+        self.app.push_screen(dialog, done)
+
+    def action_add_action(self) -> None:
+        def done(values: dict[str, Any] | None) -> None:
+            if values:
+                self._write(f"action item added: {values['title']}",
+                            lambda b: journal.add_action_item(b, self.store.author, values["title"],
+                                                              owner=values.get("owner"), priority=values["priority"],
+                                                              due=values.get("due")))
+
+        self.app.push_screen(ActionItemDialog(), done)
+
+    def action_edit_action(self) -> None:
+        ref = self.current
+        item = next((a for a in self.state.actions if ref is not None and a.id == ref.key), None)
+        if item is None:
+            return
+
+        def done(changes: dict[str, Any] | None) -> None:
+            if changes:
+                self._write(f"{item.id} updated: {', '.join(changes)}",
+                            lambda b: journal.update_action_item(b, self.store.author, item.id, **changes))
+
+        self.app.push_screen(ActionItemDialog(item), done)
+
+    def action_times(self) -> None:
+        current = {which: journal.parse_ts(e.body.get("ts")) for which, e in self.state.times.items()}
+
+        def done(changed: dict[str, datetime] | None) -> None:
+            if changed:
+                def write(b: Bundle) -> None:
+                    for which, ts in changed.items():
+                        journal.set_time(b, self.store.author, which, ts)
+
+                self._write(f"times set: {', '.join(changed)}", write)
+
+        self.app.push_screen(TimesDialog(current), done)
+
+    def action_fields(self) -> None:
+        fields = self.state.fields
+
+        def done(changed: dict[str, str] | None) -> None:
+            if changed:
+                def write(b: Bundle) -> None:
+                    for name, value in changed.items():
+                        journal.set_field(b, self.store.author, name, value)
+
+                self._write(" · ".join(f"{k} {v}" for k, v in changed.items()), write)
+
+        self.app.push_screen(FieldDialog(fields["severity"].body.get("value") if "severity" in fields else None,
+                                         fields["status"].body.get("value") if "status" in fields else None), done)
+
+    def action_switch_workload(self) -> None:
+        analysis = self.analysis
+        if analysis is None:
+            self.notify("the analysis is still running", severity="warning")
+            return
+        workload = "inference" if analysis.workload == "training" else "training"
+        self.cockpit.workload = workload
+        self.cockpit.run_analysis(workload)
+        self.notify(f"walking the {workload} playbook (re-analysing)…")
+
+    def _write(self, done: str, write: Callable[[Bundle], object]) -> None:
+        """One journal entry over a short writable connection, then every screen hears of it."""
+        try:
+            with self.store.write() as bundle:
+                write(bundle)
+                self.state = journal.state(bundle)  # read back on the same connection
+        except GpuwbError as exc:
+            self.notify(f"not saved: {exc}", severity="error")
+            return
+        self._state_version = self.cockpit.journal_version + 1
+        self.cockpit.journal_written()
+        self.notify(f"{done} (by {self.store.author})")
+
+
+def _mark(verdict: str, *, word: bool) -> Text:
+    """``✗`` or ``✗ fault``: the mark always, so colour is never the only signal."""
+    return Text(VERDICT_MARKS[verdict] + (" " + verdict.replace("_", " ") if word else ""), verdict_style(verdict))
+
+
+def _responder(engine: str, entry: journal.Entry | None, *, word: bool) -> Text:
+    """After the engine's mark: `` → ✓ by alice: replaced riser, 10:02`` or `` confirmed by alice, 10:02``."""
+    out = Text()
+    if entry is None:
+        return out
+    mine = entry.body.get("verdict", engine)
+    reason = entry.body.get("reason") or ""
+    if mine == engine:
+        out.append(f" confirmed by {entry.author}", "italic")
+    else:
+        out.append(" → ")
+        out.append_text(_mark(mine, word=word))
+        out.append(f" by {entry.author}", "italic")
+    if reason:
+        out.append(f": {clip(reason, 60)}", "italic")
+    out.append(f", {entry.at.strftime('%H:%M')}", "dim")
+    return out
+
+
+def _history(out: Text, entries: list[journal.Entry], engine: str) -> None:
+    for e in entries:
+        verdict = e.body.get("verdict", engine)
+        out.append(f"{short_time(e.at)} {e.author}: ")
+        out.append(f"{VERDICT_MARKS[verdict]} {verdict.replace('_', ' ')}", verdict_style(verdict))
+        out.append(" (confirmed)" if verdict == engine else " (override)", "italic")
+        if e.body.get("reason"):
+            out.append(f" — {e.body['reason']}")
+        out.append("\n")
+
+
+def _step_label(step: Step) -> Text:
+    mark, style = STEP_MARKS.get(step.status or "todo", ("☐", ""))
+    return Text.assemble((mark, style), " ", step.title)
+
+
+def _action_label(item: journal.ActionItem) -> Text:
+    done = item.status in ("done", "dropped")
+    return Text.assemble((f"{item.id} ", "bold"), (f"[{item.priority}] ", ""), (clip(item.title, 50), "strike" if done
+                                                                               else ""),
+                         (f" · {item.owner or 'unassigned'} · {item.status.replace('_', ' ')}", "dim"))
+
+
+def _step(analysis: Analysis, key: str) -> Step | None:
+    """A step by its node key, ``stage0/<id>`` or ``recover/<id>`` (the two lists may share ids)."""
+    section, _, step_id = key.partition("/")
+    return next((s for s in (analysis.stage0 if section == "stage0" else analysis.recover) if s.id == step_id),
+                None)
+
+
+def _parse(value: str | None) -> datetime | None:
+    return journal.parse_ts(value) if value else None
+
+
+SCREEN = Spec(name="playbook", key="p", title="Playbook", order=20, factory=PlaybookScreen)
