@@ -46,13 +46,29 @@ async def test_the_blamed_gpu_is_first_and_marked(training_incident, size):
         assert table.region.height > 3 and app.screen.query_one("#gpus-detail-box").region.height > 3
 
 
-async def test_moving_to_another_gpu_shows_its_samples(training_incident):
+def test_strip_scales_between_extremes_and_leaves_gaps():
+    assert strip([78, 91, None, 84.5]) == "▁█ ▅"
+    assert strip([5, 5]) == "▄▄" and strip([0, 0]) == "▁▁" and strip([None]) == " "
+    assert bus_key("00000000:5D:00.0") == bus_key("0000:5d:00.0") == "0000:5d:00.0"
+
+
+
+async def test_enter_opens_the_culprits_worst_raw_line_and_another_gpu_shows_samples(training_incident):
     app = Cockpit(SharedBundle(training_incident.path, "tester"), analysis=training_incident.analysis)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.press("g")
         await wait_for(pilot, lambda: isinstance(app.screen, GpusScreen))
+        await pilot.pause()
         table = app.screen.query_one("#gpus-table", DataTable)
         table.focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.current_mode == "evidence")
+        artifact, line = app.evidence_target
+        with Bundle.open(training_incident.path) as bundle:
+            raw = bundle.artifact_lines(artifact, line)[0]
+        assert "Xid" in raw and "79" in raw  # the off-the-bus line, not a later symptom
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, GpusScreen))
         row = next(i for i in range(table.row_count) if not str(table.get_row_at(i)[0]))
         table.move_cursor(row=row)
         await pilot.pause()
@@ -61,24 +77,3 @@ async def test_moving_to_another_gpu_shows_its_samples(training_incident):
         assert app.screen.query_one("#gpus-detail-box").border_title.endswith(f"{host} {gpu}")
         assert "temp °C" in detail and "power W" in detail and "of 700 limit" in detail
         assert "◀" not in detail
-
-
-def test_strip_scales_between_extremes_and_leaves_gaps():
-    assert strip([78, 91, None, 84.5]) == "▁█ ▅"
-    assert strip([5, 5]) == "▄▄" and strip([0, 0]) == "▁▁" and strip([None]) == " "
-    assert bus_key("00000000:5D:00.0") == bus_key("0000:5d:00.0") == "0000:5d:00.0"
-
-
-async def test_enter_on_the_culprit_opens_its_worst_raw_line(training_incident):
-    app = Cockpit(SharedBundle(training_incident.path, "tester"), analysis=training_incident.analysis)
-    async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.press("g")
-        await wait_for(pilot, lambda: isinstance(app.screen, GpusScreen))
-        await pilot.pause()
-        app.screen.query_one("#gpus-table", DataTable).focus()
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: app.current_mode == "evidence")
-        artifact, line = app.evidence_target
-        with Bundle.open(training_incident.path) as bundle:
-            raw = bundle.artifact_lines(artifact, line)[0]
-        assert "Xid" in raw and "79" in raw  # the off-the-bus line, not a later symptom

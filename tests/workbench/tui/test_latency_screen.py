@@ -49,13 +49,14 @@ async def _open(app: Cockpit, pilot) -> None:
 
 
 @pytest.mark.parametrize("size", [(160, 50), (80, 24)])
-async def test_kv_cache_and_p99_are_listed_and_onsets_marked(inference_incident, size):
+async def test_kv_cache_and_p99_charted_with_onsets_then_toggled_and_narrowed(inference_incident, size):
     with Bundle.open(inference_incident.path) as bundle:
         kv_onsets = {a.onset for a in samples.anomalies(bundle) if a.kind == "kv_cache_saturation"}
     assert kv_onsets
     app = Cockpit(SharedBundle(inference_incident.path, "tester"), analysis=inference_incident.analysis)
     async with app.run_test(size=size) as pilot:
         await _open(app, pilot)
+        screen = app.screen
         options = _options(app)
         assert any("kv_cache_usage" in o and "▲" in o for o in options)
         assert any(o.strip("✓ ▲").startswith("p99 ") for o in options)
@@ -63,17 +64,11 @@ async def test_kv_cache_and_p99_are_listed_and_onsets_marked(inference_incident,
         axis = next(line for line in chart.splitlines() if "└" in line)
         assert "▲" in axis and "]" in axis  # "[" may share its column with an onset's ▲ on a narrow chart
         w0, w1 = inference_incident.analysis.window
-        head = str(app.screen.query_one("#lat-head", Static).render())
+        head = str(screen.query_one("#lat-head", Static).render())
         assert f"[{min(w0, app.analysis.first_anomaly.ts):%H:%M:%S} → {w1:%H:%M:%S}]" in head
         assert any(f"▲ onset {onset:%H:%M:%S} kv_cache_saturation" in chart for onset in kv_onsets)
         assert "100.0 %" in chart
 
-
-async def test_enter_toggles_a_curve_and_a_host_narrows_it(inference_incident):
-    app = Cockpit(SharedBundle(inference_incident.path, "tester"), analysis=inference_incident.analysis)
-    async with app.run_test(size=(160, 50)) as pilot:
-        await _open(app, pilot)
-        screen = app.screen
         series = screen.query_one("#lat-series", OptionList)
         hidden = next(i for i, o in enumerate(_options(app)) if not o.startswith("✓"))
         metric = series.get_option_at_index(hidden).id
@@ -91,7 +86,7 @@ async def test_enter_toggles_a_curve_and_a_host_narrows_it(inference_incident):
         await pilot.press("enter")
         await wait_for(pilot, lambda: screen.host == host and "worst of" not in _chart(app, "kv_cache_usage"))
         assert host in str(screen.query_one("#lat-head", Static).render())
-        assert all(a.host == host for a in screen.onsets("kv_cache_usage"))
+        assert screen.onsets("kv_cache_usage") and all(a.host == host for a in screen.onsets("kv_cache_usage"))
 
 
 async def test_a_training_incident_says_it_has_no_series(training_incident):
