@@ -43,6 +43,10 @@ SERVING_ORDER = ("e2e_latency", "ttft", "tpot", "queue_time", "queue_depth", "kv
                  "request_rate", "requests_running", "gen_throughput", "generation_tokens", "preemptions")
 """The serving curves in the order a responder reads them; others follow alphabetically."""
 
+LOWER_IS_WORSE = frozenset({"gen_throughput", "prompt_throughput", "generation_tokens", "prompt_tokens",
+                            "request_success", "prefix_cache_hit_rate"})
+"""Curves whose trouble is a fall (throughput): downsampling and "worst of" keep their lowest value."""
+
 STAT_PREFERENCE = ("p99", "p95", "p90", "mean", "value", "ratio", "rate", "median", "p50")
 
 _HELPERS: dict[str, tuple[str, ...]] = {
@@ -244,25 +248,28 @@ def curves(bundle: Bundle, names: Sequence[str] | None = None, *, stat: str | No
         signal = best[key]
         points = [(ts, v) for ts, v in signal.points if math.isfinite(v)
                   and (lo is None or ts >= lo) and (hi is None or ts <= hi)]
-        out.setdefault(signal.metric, []).append(_curve(signal, downsample(points, max_points)))
+        lowest = signal.metric in LOWER_IS_WORSE
+        out.setdefault(signal.metric, []).append(_curve(signal, downsample(points, max_points, lowest=lowest)))
     return out
 
 
-def downsample(points: list[tuple[datetime, float]], max_points: int) -> list[tuple[datetime, float]]:
+def downsample(points: list[tuple[datetime, float]], max_points: int, *,
+               lowest: bool = False) -> list[tuple[datetime, float]]:
     """At most ``max_points`` points: equal time buckets, each keeping its first time and its largest
-    value (a one-scrape spike stays visible)."""
+    value (a one-scrape spike stays visible), or its smallest with ``lowest`` (a throughput dip)."""
     if len(points) <= max_points or max_points < 1:
         return list(points)
     start, end = points[0][0], points[-1][0]
     span = (end - start).total_seconds()
+    pick = min if lowest else max
     if span <= 0:
-        return [max(points, key=lambda p: p[1])]
+        return [pick(points, key=lambda p: p[1])]
     buckets: dict[int, tuple[datetime, float]] = {}
     for ts, value in points:
         b = min(int((ts - start).total_seconds() / span * max_points), max_points - 1)
         if b not in buckets:
             buckets[b] = (ts, value)
-        elif value > buckets[b][1]:
+        elif pick(value, buckets[b][1]) != buckets[b][1]:
             buckets[b] = (buckets[b][0], value)
     return [buckets[b] for b in sorted(buckets)]
 

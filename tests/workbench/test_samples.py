@@ -158,4 +158,6 @@ def test_downsample_buckets_by_time():
     out = samples.downsample(points, 10)
     assert len(out) == 10 and [ts for ts, _ in out] == sorted(ts for ts, _ in out)
     assert max(v for _, v in out) == 6.0
+    dips = samples.downsample([(ts, 10.0 - (i == 42) * 9) for i, (ts, _) in enumerate(points)], 10, lowest=True)
+    assert len(dips) == 10 and min(v for _, v in dips) == 1.0  # a throughput dip survives
     assert samples.downsample(points[:3], 10) == points[:3]

@@ -75,8 +75,11 @@ def fmt_value(value: float | None, unit: str, metric: str = "") -> str:
     return f"{value:.4g}"
 
 
-def _columns(curves: list[Curve], start: datetime, end: datetime, width: int) -> list[float | None]:
-    """Each column's worst value over every curve (a step line between scrapes; blank outside a curve)."""
+def _columns(curves: list[Curve], start: datetime, end: datetime, width: int,
+             lowest: bool = False) -> list[float | None]:
+    """Each column's worst value over every curve, the highest or with ``lowest`` the lowest (a step line
+    between scrapes; blank outside a curve)."""
+    pick = min if lowest else max
     span = max((end - start).total_seconds(), 1e-9)
     out: list[float | None] = [None] * width
     for c in curves:
@@ -84,14 +87,14 @@ def _columns(curves: list[Curve], start: datetime, end: datetime, width: int) ->
         for ts, v in c.points:
             col = int((ts - start).total_seconds() / span * (width - 1))
             if 0 <= col < width:
-                own[col] = v if own[col] is None else max(own[col], v)
+                own[col] = v if own[col] is None else pick(own[col], v)
         held: float | None = None
         first = next((i for i, v in enumerate(own) if v is not None), width)
         last = max((i for i, v in enumerate(own) if v is not None), default=-1)
         for i in range(first, last + 1):
             held = own[i] if own[i] is not None else held
             if held is not None:
-                out[i] = held if out[i] is None else max(out[i], held)
+                out[i] = held if out[i] is None else pick(out[i], held)
     return out
 
 
@@ -107,7 +110,7 @@ def render_chart(curves: list[Curve], *, metric: str, unit: str, start: datetime
                  shade: str = WINDOW_SHADE[True]) -> Text:
     """A block chart of the worst value per column, the window shaded and bracketed, onsets marked ▲."""
     plot = max(8, width - Y_LABEL - 1)
-    values = _columns(curves, start, end, plot)
+    values = _columns(curves, start, end, plot, lowest=metric in samples.LOWER_IS_WORSE)
     present = [v for v in values if v is not None]
     out = Text()
     if not present:
@@ -359,10 +362,11 @@ def _title(fam: Family | None, curves: list[Curve], host: str) -> Text:
         return title
     last_ts = max(ts for ts, _ in points)
     last = max(v for ts, v in points if ts == last_ts)
-    peak_ts, peak = max(points, key=lambda p: p[1])
+    lowest = metric in samples.LOWER_IS_WORSE
+    peak_ts, peak = (min if lowest else max)(points, key=lambda p: p[1])
     scope = f"worst of {len(curves)}" if host == ALL_HOSTS and len(curves) > 1 else (curves[0].host or "")
-    title.append(f"  {scope} · last {fmt_value(last, unit, metric)} · peak {fmt_value(peak, unit, metric)} "
-                 f"at {peak_ts:%H:%M:%S}\n", "")
+    title.append(f"  {scope} · last {fmt_value(last, unit, metric)} · {'lowest' if lowest else 'peak'} "
+                 f"{fmt_value(peak, unit, metric)} at {peak_ts:%H:%M:%S}\n", "")
     return title
 
 
