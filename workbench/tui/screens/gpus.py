@@ -15,6 +15,7 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.events import Resize
 from textual.widgets import DataTable, Footer, Static
@@ -104,6 +105,8 @@ def gpu_flags(gpu: Gpu) -> list[str]:
 
 class GpusScreen(CockpitScreen):
     """Inventory and samples per host and GPU."""
+
+    BINDINGS = [Binding("enter", "open_raw", "raw line")]
 
     def __init__(self) -> None:
         super().__init__()
@@ -199,9 +202,11 @@ class GpusScreen(CockpitScreen):
             self._show(found)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        """Enter on a GPU: the raw line of its worst event (its earliest critical one, else error, else warning)."""
-        if event.data_table.id != "gpus-table":
-            return
+        if event.data_table.id == "gpus-table":
+            self.action_open_raw()
+
+    def action_open_raw(self) -> None:
+        """The chosen GPU's worst event as a raw line: its earliest critical one, else error, else warning."""
         rank = {sev: n for n, sev in enumerate(reversed(NOTABLE))}
         dated = [e for e in self._events if e.get("artifact")]
         if not dated:
