@@ -1,0 +1,99 @@
+"""Report: the postmortem as it will be written, with the responders' journal merged in.
+
+The preview is ``workbench.report.render`` of the cockpit's model, the same function and model
+``gpuwb report`` uses, so what the responder reads here is what the file will say. Export writes
+``<bundle stem>-postmortem.md`` or ``.html`` beside the bundle, from a model built afresh (the
+other responder's latest notes included), atomically, never over the bundle itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import Footer, Markdown, Static
+
+from workbench import report
+from workbench.commands.report import check_output, write_atomically
+from workbench.errors import GpuwbError
+from workbench.table import printable
+from workbench.tui.screens.base import CockpitScreen, Spec
+
+SUFFIX = {"md": "md", "html": "html"}
+
+
+def export_path(bundle: Path, fmt: str) -> Path:
+    """Where an export of ``bundle`` goes: ``incident.duckdb`` -> ``incident-postmortem.md``."""
+    return bundle.with_name(f"{bundle.stem}-postmortem.{SUFFIX[fmt]}")
+
+
+class ReportScreen(CockpitScreen):
+    """The postmortem preview; m and h write it next to the bundle."""
+
+    BINDINGS = [
+        Binding("m", "export('md')", "export Markdown"),
+        Binding("h", "export('html')", "export HTML"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.source = ""
+        """The Markdown shown now (what ``m`` would write, give or take a newer journal entry)."""
+        self.written: list[Path] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="rp-head")
+        with VerticalScroll(id="rp-scroll"):
+            yield Markdown(id="rp-md")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.watch(self.app, "model", self._on_model, init=True)
+        self.query_one("#rp-scroll").focus()
+
+    def _on_model(self, model: dict[str, Any] | None) -> None:
+        head = self.query_one("#rp-head", Static)
+        if model is None:
+            head.update(Text("building the postmortem… (it waits for the analysis)", "italic"))
+            return
+        text = printable(report.render(model, "md"))
+        head.update(Text.assemble(("Postmortem preview", "bold"),
+                                  f" · m → {export_path(self.store.path, 'md').name}"
+                                  f" · h → {export_path(self.store.path, 'html').name}"))
+        if text != self.source:
+            self.source = text
+            self.query_one("#rp-md", Markdown).update(text)
+
+    def action_export(self, fmt: str) -> None:
+        if self.analysis is None:
+            self.notify("the analysis is still running; export when the preview shows", severity="warning")
+            return
+        self._export(fmt)
+
+    @work(thread=True, exclusive=False, group="export")
+    def _export(self, fmt: str) -> None:
+        """Build, render and write in the background: re-hashing the evidence of a big bundle takes a while."""
+        path = export_path(self.store.path, fmt)
+        try:
+            check_output(path)
+            with self.store.read() as bundle:
+                model = report.build(bundle, analysis=self.analysis.to_json() if self.analysis else None)
+            text = printable(report.render(model, fmt))
+            replaced = write_atomically(path, text)
+        except (GpuwbError, OSError) as exc:
+            self.app.call_from_thread(self.notify, f"export failed: {exc}", severity="error")
+            return
+        self.app.call_from_thread(self._exported, path, len(text.encode()), replaced)
+
+    def _exported(self, path: Path, size: int, replaced: bool) -> None:
+        self.written.append(path)
+        self.notify(f"wrote {path} ({size} bytes{', replaced the old file' if replaced else ''})", timeout=8)
+
+
+SCREEN = Spec(name="report", key="r", title="Report", order=60, factory=ReportScreen)
