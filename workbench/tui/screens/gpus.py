@@ -66,6 +66,10 @@ def flag_strip(values: Sequence[bool | None]) -> str:
     return "".join("█" if v else ("·" if v is not None else " ") for v in values)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _num(value: Any, fmt: str = "{:.0f}") -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
@@ -160,7 +164,7 @@ class GpusScreen(CockpitScreen):
         gpus = self.ordered()
         hosts = {g.host for g in gpus}
         named = [g for g in gpus if self.named(g)]
-        head = Text.assemble(("GPUs · ", "bold"), f"{len(hosts)} hosts · {len(gpus)} GPUs")
+        head = Text.assemble(("GPUs · ", "bold"), f"{_count(len(hosts), 'host')} · {_count(len(gpus), 'GPU')}")
         if named:
             head.append(" · named by the analysis: ")
             head.append(", ".join(f"{g.host or '-'} {g.gpu} (#{self.named(g)[0]})" for g in named[:3]), "bold")
