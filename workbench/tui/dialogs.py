@@ -121,12 +121,11 @@ class Dialog(ModalScreen[T], Generic[T]):
         width: 90; max-width: 100%; height: auto; max-height: 100%;
         border: thick $primary 60%; background: $surface; padding: 0 1;
     }
-    Dialog .dialog-title { text-style: bold; width: 1fr; margin-bottom: 1; }
-    Dialog .field { height: auto; }
-    Dialog .field > Label { width: 14; padding: 1 1 0 0; }
-    Dialog .field > Choice { margin: 1 0 0 1; }
+    Dialog .field { height: auto; margin-top: 1; }
+    Dialog .field > Label { width: 12; }
+    Dialog .field > Choice { margin: 0 0 0 1; }
     Dialog .field > Input { width: 1fr; }
-    Dialog .dialog-info { color: $text-muted; width: 1fr; }
+    Dialog .dialog-info { color: $text-muted; width: 1fr; margin-top: 1; }
     Dialog #dialog-error { color: $error; text-style: bold; height: auto; width: 1fr; }
     Dialog .dialog-keys { color: $text-muted; width: 1fr; margin-top: 1; }
     """
@@ -140,7 +139,6 @@ class Dialog(ModalScreen[T], Generic[T]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label(self.title_text, classes="dialog-title")
             yield from self.fields()
             yield Static("", id="dialog-error")
             yield Static("enter save · esc cancel · tab next field · ←/→ change a choice", classes="dialog-keys")
@@ -173,6 +171,9 @@ class Dialog(ModalScreen[T], Generic[T]):
     # -- helpers for subclasses ---------------------------------------------------------------
     @staticmethod
     def field(label: str, widget: Widget) -> Horizontal:
+        """A labelled row; inputs are one line high so a whole form fits in 80x24."""
+        if isinstance(widget, Input):
+            widget.compact = True
         return Horizontal(Label(label), widget, classes="field")
 
     def text(self, widget_id: str) -> str:
