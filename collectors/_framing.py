@@ -114,7 +114,7 @@ _MPI = re.compile(r"\[(?P<job>\d+),(?P<rank>\d+)\]<(?P<stream>stdout|stderr|stdd
 _TORCHRUN = re.compile(r"\[(?P<role>[A-Za-z_][A-Za-z_-]*?)(?P<rank>\d+)\]: ?")
 _SRUN = re.compile(r"\s{0,4}(?P<rank>\d{1,5}): (?=\S)")
 _NCCL = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?=NCCL |[^\s]+:\d+ NCCL )")
-_HOST = re.compile(r"(?P<host>[a-z][a-z0-9-]*\d[a-z0-9-]*(?:\.[a-z0-9-]+)*): (?=\S)")
+_HOST = re.compile(r"(?P<host>[a-z][a-z0-9-]*\d[a-z0-9-]*(?:\.[a-z0-9-]+)*): (?=.)")
 _DEVICE_NAMES = re.compile(r"(?:eth|en[opsx]|ib|bond|docker|veth|nvme|sd[a-z]|mlx|virbr|br|wl|lo|tun|tap|dm-|md|"
                            r"loop|nvidia|usb|cpu|card|hid|input|sr|vd|xvd|nbd|rbd|hv|mmc|ata|scsi|host|port|nv)\d")
 _HOST_NEXT = re.compile(r"[\[\d<{(]|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) |NVRM|NCCL|kernel:|nvidia|"
@@ -381,7 +381,8 @@ def _lower_led(text: str, pos: int, out: Framed, wrappers: list[str], timed: boo
         wrappers.append("syslog_ident")
         return pos + 8, timed
     if not timed and (m := _HOST.match(text, pos)) and not _DEVICE_NAMES.match(m.group("host")) and (
-            "-" in m.group("host") or "." in m.group("host") or _HOST_NEXT.match(text, m.end())):
+            "-" in m.group("host") or "." in m.group("host") or _HOST_NEXT.match(text, m.end())
+            or text[m.end():m.end() + 1].isspace()):  # pdsh in front of an indented continuation line
         out.host = out.host or m.group("host")
         wrappers.append("host_label")
         return m.end(), False
@@ -608,9 +609,10 @@ _TIMED = frozenset({"syslog", "iso", "rfc5424", "dmesg", "dmesg_ctime", "glog", 
 def unframed_lines(lines: Iterable[str], *, reference: datetime | None = None) -> Iterator[str]:
     """One line out per line in, with the wrappers no format parser reads (quotes, fences, CRI, docker,
     launcher labels, ``dmesg -H``) taken off and what parsers do read kept verbatim. A time only a
-    taken-off wrapper gave goes in front in a spelling the parsers share (``dmesg --time-format iso``
-    when exact, ``dmesg -T`` ctime when approximate), so a file no sniffer accepted can be parsed as
-    what its lines are. Lines joined into the record above come out empty; ``#012`` becomes a space."""
+    taken-off wrapper gave goes in front in a spelling the parsers share (RFC 3339 as ``kubectl logs
+    --timestamps`` prints it when exact, ``dmesg -T`` ctime when approximate), so a file no sniffer
+    accepted can be parsed as what its lines are. Lines joined into the record above come out empty;
+    ``#012`` becomes a space."""
     numbered = list(enumerate(lines, start=1))
     out: dict[int, str] = {}
     for rec in frame_lines(numbered, reference=reference):
@@ -639,7 +641,7 @@ def _respelled(rec: Framed, line: str) -> str:
         when = rec.ts.astimezone(timezone.utc)
         if rec.ts_approx:
             return f"[{when:%a %b %d %H:%M:%S %Y}] {rest}"
-        return f"{when:%Y-%m-%dT%H:%M:%S,%f}+00:00 {rest}"
+        return f"{when:%Y-%m-%dT%H:%M:%S.%f}Z {rest}"
     if rec.mono is not None:
         return f"[{rec.mono:12.6f}] {rest}"
     return rest

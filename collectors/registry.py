@@ -65,14 +65,14 @@ def sniff_scored(name: str, head: str) -> tuple[int, str, ModuleType] | None:
     return best
 
 
-def sniff_unwrapped(name: str, head: str, min_score: int = 1) -> tuple[str, ModuleType] | None:
+def sniff_unwrapped(name: str, head: str) -> tuple[int, str, ModuleType] | None:
     """What the head is once the wrappers no collector reads are peeled off (a dmesg pasted in a Markdown
-    quote, an NCCL log through CRI or kubectl --timestamps, ``dmesg -H``): the same verdict as
-    :func:`sniff` on the unwrapped lines, or None when there was nothing to peel or still no verdict."""
+    quote, an NCCL log through CRI or kubectl --timestamps, ``dmesg -H``): :func:`sniff_scored` on the
+    unwrapped lines, or None when there was nothing to peel or still no verdict."""
     from collectors._framing import unframed_lines  # deferred: only files no sniffer took get here
 
     lines = head.splitlines()[:400]
     unwrapped = list(unframed_lines(lines))
     if unwrapped == lines:
         return None
-    return sniff(name, "\n".join(unwrapped), min_score=min_score)
+    return sniff_scored(name, "\n".join(unwrapped))

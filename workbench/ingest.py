@@ -173,7 +173,7 @@ class Session:
         except Exception as exc:  # a parser bug must not lose the bundle: count it, keep the raw bytes
             writer.add(Skipped(ctx.lines_read or None, f"parser error: {type(exc).__name__}: {exc}"[:200]))
             result.error = f"{type(exc).__name__}: {exc}"[:200]
-        self._recognise(stream_factory, kind, ctx, parsed, host, source_name)
+        self._recognise(stream_factory, kind, ctx, parsed, host, source_name, unwrapped=unwrap)
         result.lines = ctx.lines_read
         result.events = writer.counts.get("event", 0)
         result.rows = sum(writer.counts.values())
@@ -186,10 +186,12 @@ class Session:
         return result
 
     def _recognise(self, stream_factory: Callable[[], BinaryIO], kind: str, ctx: ParseContext,
-                   parsed: dict[int, set[str]], host: str | None, source_name: str) -> None:
+                   parsed: dict[int, set[str]], host: str | None, source_name: str, unwrapped: bool = False) -> None:
         """Known messages of playbooks/signatures.yaml on every line of a text artifact, after its format
-        parser, whatever the wrapper: a line the parser already wrote the same kind for is not written again."""
-        if kind in STRUCTURED_KINDS or getattr(self._parser_of(kind), "SIGNATURES_INLINE", False):
+        parser, whatever the wrapper: a line the parser already wrote the same kind for is not written again.
+        A parser that runs the catalog inline on its own candidate lines is trusted to have seen every line
+        only when it read the file as stored."""
+        if kind in STRUCTURED_KINDS or (not unwrapped and getattr(self._parser_of(kind), "SIGNATURES_INLINE", False)):
             return
         try:
             with stream_factory() as stream:
@@ -339,10 +341,11 @@ def _classify(item: Item, kind: str | None, forced: ModuleType | None) -> tuple[
         found = (scored[1], scored[2]) if scored else None
         if scored is None or scored[0] < CONFIDENT:
             # A weak verdict or none: the lines may be a known format in wrappers no sniffer reads (a dmesg
-            # -H pasted in a Markdown fence, an NCCL log through CRI); a confident verdict unwrapped wins.
-            unwrapped = registry.sniff_unwrapped(item.name, text_head, min_score=CONFIDENT)
-            item.unwrap = unwrapped is not None
-            found = unwrapped or found
+            # -H pasted in a Markdown fence, an NCCL log through CRI); a surer verdict unwrapped wins.
+            unwrapped = registry.sniff_unwrapped(item.name, text_head)
+            item.unwrap = unwrapped is not None and (scored is None or unwrapped[0] > scored[0])
+            if item.unwrap:
+                found = unwrapped[1], unwrapped[2]
     if found is None:
         return "unknown", None
     return found

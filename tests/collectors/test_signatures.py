@@ -181,6 +181,7 @@ def test_a_clean_kernel_log_is_not_respelled(tmp_path):
 
     head = "Mar  6 09:55:01 node07 kernel: [ 1936.510073] NVRM: Xid (PCI:0000:19:00): 79, pid=0\n" * 5
     assert registry.sniff_unwrapped("kern.log", head) is None
+    assert registry.sniff_unwrapped("kern.log", head.replace("Mar", "> Mar"))[1] == "syslog"
 
 
 def test_a_system_log_names_other_programs_known_messages_in_one_pass(tmp_path):
