@@ -3,14 +3,17 @@ GPU shows its samples and its own events."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 from textual.widgets import DataTable, Static
 
 from tests.workbench.tui.conftest import wait_for
 from workbench.bundle import Bundle
+from workbench.samples import Gpu, Samples
 from workbench.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
-from workbench.tui.screens.gpus import GpusScreen, bus_key, strip
+from workbench.tui.screens.gpus import GpusScreen, bus_key, render_detail, strip
 
 
 def _detail(app: Cockpit) -> str:
@@ -77,3 +80,29 @@ async def test_enter_opens_the_culprits_worst_raw_line_and_another_gpu_shows_sam
         assert app.screen.query_one("#gpus-detail-box").border_title.endswith(f"{host} {gpu}")
         assert "temp °C" in detail and "power W" in detail and "of 700 limit" in detail
         assert "◀" not in detail
+
+
+def test_detail_strips_mark_throttling_remap_and_a_narrow_link_in_words():
+    rows = []
+    for i in range(6):
+        hot = i >= 3
+        rows.append({"ts": datetime(2025, 3, 12, 8, i), "temp_c": 91.0 if hot else 78.0, "power_w": 500.0,
+                     "power_limit_w": 700.0, "sm_clock_mhz": 1410.0 if hot else 1980.0, "remap_pending": i >= 4,
+                     "pcie_gen": 4, "pcie_width": 8 if i == 5 else 16, "samples": 1,
+                     "throttle_reasons": ["hw_thermal"] if hot else ["gpu_idle"]})
+    for row in rows:
+        for column in ("mem_clock_mhz", "mem_used_mib", "mem_total_mib", "util_gpu", "util_mem", "remap_failure",
+                       "ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
+                       "ecc_aggregate_uncorrected", "retired_pages_sbe", "retired_pages_dbe", "retired_pending",
+                       "pcie_replay", "nvlink_errors"):
+            row.setdefault(column, None)
+    gpu = Gpu("node05", "0000:2a:00.0", {"pcie_max_gen": 5, "pcie_max_width": 16, "name": "H100"}, 6,
+              rows[0]["ts"], rows[-1]["ts"], rows[-1], {})
+    lines = render_detail(gpu, Samples(rows, None, 6), (1, "hardware/thermal_throttling")).plain.splitlines()
+    line = {label: next(text for text in lines if text.startswith(label)) for label in
+            ("⏷ hw_thermal", "⏷ gpu_idle", "remap pending", "PCIe link", "power W", "SM clock MHz")}
+    assert "···███" in line["⏷ hw_thermal"] and "!" in line["⏷ hw_thermal"]
+    assert "!" not in line["⏷ gpu_idle"]
+    assert "····██" in line["remap pending"] and "✗ yes" in line["remap pending"]
+    assert "·····█" in line["PCIe link"] and "✗ narrower than max" in line["PCIe link"]
+    assert "of 700 limit" in line["power W"] and "(min 1410)" in line["SM clock MHz"]
