@@ -3,6 +3,8 @@ action item and field goes to the bundle's journal and is there again after a re
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from textual.widgets import DataTable, Input, Tree
 
 from tests.workbench.tui.conftest import type_text, wait_for
@@ -10,7 +12,7 @@ from workbench import journal
 from workbench.bundle import Bundle
 from workbench.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
-from workbench.tui.dialogs import ActionItemDialog, NoteDialog, RootCauseDialog, VerdictDialog
+from workbench.tui.dialogs import ActionItemDialog, NoteDialog, RootCauseDialog, TimesDialog, VerdictDialog
 from workbench.tui.screens.playbook import Node, PlaybookScreen
 
 
@@ -112,7 +114,7 @@ async def test_a_layer_is_not_called_clear_while_a_check_is_unreviewed(incident)
     assert set(state.check_verdicts) == {c.id for c in checks}
 
 
-async def test_root_cause_action_items_and_severity(incident):
+async def test_root_cause_action_items_severity_and_times(incident):
     top = incident.analysis.top
     app = Cockpit(SharedBundle(incident.path, "alice"), analysis=incident.analysis)
     async with app.run_test(size=(160, 50)) as pilot:
@@ -145,6 +147,12 @@ async def test_root_cause_action_items_and_severity(incident):
         await pilot.press("S", "right", "right", "enter")  # severity: none -> SEV1 -> SEV2
         await wait_for(pilot, lambda: "SEV2" in str(screen.query_one("#pb-head").render()))
 
+        await pilot.press("T", "tab", "tab")  # to the recovery time
+        assert isinstance(app.screen, TimesDialog) and app.focused.id == "recovery"
+        app.focused.value = "2026-03-14 10:20:00"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen is screen)
+
     state = _state(incident.path)
     assert (state.root_cause.body["cause"], state.root_cause.body["host"], state.root_cause.body["gpu"]) == \
         (top.cause, top.host, top.gpu)
@@ -152,6 +160,8 @@ async def test_root_cause_action_items_and_severity(incident):
     assert (action.title, action.owner, action.status, action.created_by) == \
         ("Alert on PCIe AER uncorrected errors", "hw-team", "done", "alice")
     assert state.fields["severity"].body["value"] == "SEV2"
+    assert journal.parse_ts(state.times["recovery"].body["ts"]) == datetime(2026, 3, 14, 10, 20)
+    assert state.times["recovery"].author == "alice"
 
 
 async def test_w_walks_the_other_workloads_playbook(incident):
