@@ -160,7 +160,7 @@ def freeze(spec: dict[str, Any]) -> Path:
     trigger = spec["trigger"]
     host = spec["host"]
     path = Path(spec["bundle"])
-    at = float(trigger["at"])
+    at = round(float(trigger["at"]), 6)  # as the ring stores times
     since = at - config.window_s
     extra = {"trigger": trigger}
     records, torn = read_ring(config.ring_dir, since=since, until=at)

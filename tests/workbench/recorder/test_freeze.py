@@ -1,0 +1,62 @@
+"""Freezing a ring into a bundle: raw lines and NVML readings parsed by the normal parsers, each step
+sealed, and a one-shot capture that cannot finish recorded in the coverage table."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from collectors.nvml import NvmlAdapter
+from collectors.nvml import record as nvml_record
+from tests.collectors.test_nvml import FakeNvml, recording
+from workbench.bundle import Bundle
+from workbench.recorder.config import RecorderConfig
+from workbench.recorder.freeze import freeze, merge_nvml
+from workbench.recorder.ring import Ring, RingRecord
+
+
+def kernel(t: float, message: str) -> RingRecord:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+    return RingRecord(t, "kernel:/var/log/kern.log", "line", f"{stamp}.000000+00:00 node07 kernel: {message}")
+
+
+def test_freeze_writes_a_sealed_bundle_with_lines_nvml_and_a_capture_that_timed_out(tmp_path: Path) -> None:
+    config = RecorderConfig(out=str(tmp_path), after_s=0.5, capture=True, capture_timeout_s=0.3)
+    rec = recording("replay_8xa100_nvlink.json")
+    now = time.time()
+    docs = [nvml_record(NvmlAdapter(FakeNvml(rec)), samples=1, interval=0.0, host="node07") for _ in range(2)]
+    ring = Ring(config.ring_dir, max_bytes=1 << 20, window_s=config.window_s)
+    ring.append([kernel(now - 5000, "AER outside the window: pcieport 0000:5c:00.0: AER: Corrected error"),
+                 kernel(now - 20, "nvidia 0000:5d:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, "
+                                  "(Receiver ID)"),
+                 *[RingRecord(now - 10 + k, "nvml", "nvml", json.dumps(d)) for k, d in enumerate(docs)],
+                 RingRecord(now - 5, "recorder", "note", "nvml sampling"),
+                 kernel(now, "NVRM: Xid (PCI:0000:5d:00): 79, pid=0, GPU has fallen off the bus.")])
+    ring.append([kernel(now + 0.2, "NVRM: GPU 0000:5d:00.0: RmInitAdapter failed! (0x24:0x65:1457)")])
+    ring.close()
+    path = tmp_path / "incident.duckdb"
+    spec = {"config": json.loads(config.to_json()), "bundle": str(path), "host": "node07", "kernel_source": None,
+            "trigger": {"at": now, "reason": "xid 79", "source": "kernel:/var/log/kern.log", "line": ""}}
+    assert freeze(spec) == path
+    with Bundle.open(path) as bundle:
+        assert bundle.verify() == []
+        coverage = {row["collector"]: row for row in bundle.coverage()}
+        kinds = dict(bundle.con.execute("SELECT kind, count(*) FROM event GROUP BY kind").fetchall())
+        samples = bundle.con.execute("SELECT count(*), count(DISTINCT gpu) FROM gpu_sample").fetchall()[0]
+        messages = [m for (m,) in bundle.con.execute("SELECT message FROM event").fetchall()]
+    assert coverage["recorder"]["reason"].startswith("2 lines, 2 NVML readings")
+    assert coverage["recorder-after"]["reason"].startswith("1 lines")
+    assert coverage["capture"]["status"] == "timeout" and "did not finish within 0.3 s" in coverage["capture"]["reason"]
+    assert kinds["xid"] == 1 and kinds["pcie_aer"] == 1
+    assert samples == (16, 8), "two readings of eight GPUs, parsed as the capture's NVML document"
+    assert not any("outside the window" in m for m in messages)
+
+
+def test_merge_nvml_keeps_every_reading_and_the_latest_inventory() -> None:
+    rec = recording("replay_rtx4090_sw_power_cap.json")
+    docs = [nvml_record(NvmlAdapter(FakeNvml(rec)), samples=1, interval=0.0) for _ in range(3)]
+    merged = merge_nvml([*docs, {"unavailable": "not a reading"}])
+    assert merged is not None and len(merged["samples"]) == 3 and merged["devices"] == docs[-1]["devices"]
+    assert merged["started_at"] == docs[0]["started_at"]
+    assert merge_nvml([]) is None
