@@ -209,6 +209,19 @@ def test_an_alias_is_kept_once_per_host(tmp_path):
     assert hosts == [("node02",), ("node03",)]
 
 
+def test_an_alias_keeps_the_provenance_it_was_given(tmp_path):
+    path = tmp_path / "b.duckdb"
+    sha, _ = _sealed(path)
+    with Bundle.open(path, write=True) as bundle:
+        bundle.add_alias(sha, kind="kernel_log", source="dmesg", host="node03",
+                         captured_at=datetime(2026, 3, 14, 10, 5), info={"argv": ["dmesg", "-T"]})
+        bundle.add_alias(sha, kind="kernel_log", source="dmesg", host="node04")
+        rows = dict((host, (at, json.loads(info))) for host, at, info in bundle.con.execute(
+            "SELECT host, captured_at, info FROM artifact_alias").fetchall())
+    assert rows["node03"] == (datetime(2026, 3, 14, 10, 5), {"argv": ["dmesg", "-T"]})
+    assert rows["node04"][0] is not None and rows["node04"][1] == {}
+
+
 def test_unsealed_bundle_is_reported(tmp_path):
     path = tmp_path / "b.duckdb"
     with Bundle.create(path) as bundle:
