@@ -232,3 +232,35 @@ def test_no_anchor_hides_inside_another_signatures_anchor():
         for inner, inner_ids in owners.items():
             if inner != outer and inner in outer:
                 assert inner_ids <= outer_ids, f"{inner!r} inside {outer!r} would hide {inner_ids - outer_ids}"
+
+
+WRAPPERS = {
+    "cri": lambda i, line: f"2025-01-02T03:04:{i % 60:02d}.123456789Z stderr F {line}",
+    "kubectl": lambda i, line: f"2025-01-02T03:04:{i % 60:02d}.123456Z {line}",
+    "pdsh": lambda i, line: f"gpu-node-7: {line}",
+    "quote": lambda i, line: f"> {line}",
+}
+
+
+def _top_cause(folder: Path, tmp: Path, wrap) -> str | None:
+    from tests.conftest import run_cli
+
+    evidence = tmp / "evidence"
+    evidence.mkdir(parents=True)
+    for src in folder.iterdir():
+        if src.is_file() and src.name != "case.yaml":
+            lines = src.read_text(encoding="utf-8", errors="replace").splitlines()
+            (evidence / src.name).write_text("".join(f"{wrap(i, line)}\n" for i, line in enumerate(lines)))
+    assert run_cli("ingest", tmp / "b.duckdb", evidence)[0] == 0
+    code, out, _ = run_cli("analyze", tmp / "b.duckdb", "--json")
+    hypotheses = json.loads(out)["hypotheses"] if code == 0 else []
+    return hypotheses[0]["cause"] if hypotheses else None
+
+
+@pytest.mark.parametrize("case", ["deepfacelab-linux-89", "ollama-12136", "nccl-902"])
+def test_a_wrapper_does_not_change_the_diagnosis(tmp_path, case):
+    folder = ROOT / "tests" / "real_incidents" / case
+    plain = _top_cause(folder, tmp_path / "plain", lambda i, line: line)
+    assert plain is not None
+    for name, wrap in WRAPPERS.items():
+        assert _top_cause(folder, tmp_path / name, wrap) == plain, name
