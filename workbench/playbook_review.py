@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import duckdb
+
 from workbench.bundle import Bundle
 from workbench.errors import InputError
 from workbench.findings import Analysis, Check
@@ -35,8 +37,12 @@ def check_rows(bundle: Bundle, workload: str, check_id: str) -> CheckRows:
     if check is None:
         raise InputError(f"check {check_id!r} is not in the {workload} playbook")
     con = bundle.con
-    prepare(con)
-    result = evaluate_check(con, check, Presence.of(con))
+    try:
+        prepare(con)
+        presence = Presence.of(con)
+    except duckdb.Error as exc:
+        return CheckRows(check=check_id, rows=[], total=0, error=str(exc).splitlines()[0][:300])
+    result = evaluate_check(con, check, presence)
     rows = sorted(result.rows, key=lambda r: (-float(r["strength"] or 0), r["ts"] is None, r["ts"] or 0))
     return CheckRows(check=check_id, rows=rows, total=result.total, error=result.error)
 

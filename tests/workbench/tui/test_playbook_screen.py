@@ -76,6 +76,16 @@ async def test_verdict_with_reason_and_pinned_note_survive_a_restart(incident):
         notes = [n.label.plain for n in screen.nodes[Node("notes")].children]
         assert any("alice: riser reseated" in n for n in notes)
 
+        carol = SharedBundle(incident.path, "carol")  # a third responder, in another session
+        with carol.write() as bundle:
+            journal.add_note(bundle, carol.author, "PSU swapped on node03")
+        await pilot.press("escape", "p")  # away and back: the Playbook reads the journal again
+
+        def carols_note_shown() -> bool:
+            return any("carol: PSU swapped" in n.label.plain for n in screen.nodes[Node("notes")].children)
+
+        await wait_for(pilot, carols_note_shown)
+
     state = _state(incident.path)
     assert state.verdicts["hardware"].body == {"verdict": "clear", "reason": "replaced riser"}
     assert state.check_verdicts[hardware[0].id].body["verdict"] == hardware[0].verdict

@@ -108,8 +108,12 @@ class PlaybookScreen(CockpitScreen):
 
     # -- data --------------------------------------------------------------------------------------
     def _load_journal(self) -> None:
-        with self.store.read() as bundle:
-            self.state = journal.state(bundle)
+        try:
+            with self.store.read() as bundle:
+                self.state = journal.state(bundle)
+        except GpuwbError as exc:  # busy for longer than the retry: keep what we have, say so
+            self.notify(f"journal not reloaded: {exc}", severity="warning")
+            return
         self._state_version = self.cockpit.journal_version
 
     def analysis_changed(self, analysis: Analysis | None) -> None:
@@ -129,6 +133,12 @@ class PlaybookScreen(CockpitScreen):
         self._relabel(self.analysis)
         self._paint_head()
         self._show(self.current)
+
+    def on_screen_resume(self) -> None:
+        """Back on this screen: read the journal again, so another responder's work shows too."""
+        if self.is_mounted and self._built_for is not None:
+            self._state_version = -1
+            self.journal_changed()
 
     # -- the tree ----------------------------------------------------------------------------------
     def _build_tree(self, analysis: Analysis) -> None:
@@ -275,7 +285,7 @@ class PlaybookScreen(CockpitScreen):
         try:
             with self.store.read() as bundle:
                 result = check_rows(bundle, workload, check_id)
-        except GpuwbError as exc:
+        except Exception as exc:  # a background failure is told in one line, never a crashed cockpit
             self.app.call_from_thread(self.notify, f"evidence of {check_id}: {exc}", severity="error")
             return
         self.app.call_from_thread(self._rows_loaded, workload, result)

@@ -89,6 +89,9 @@ class ReportScreen(CockpitScreen):
         except (GpuwbError, OSError) as exc:
             self.app.call_from_thread(self.notify, f"export failed: {exc}", severity="error")
             return
+        except Exception as exc:  # a bug in the renderer: one line here, never a crashed cockpit
+            self.app.call_from_thread(self.notify, f"export failed: {type(exc).__name__}: {exc}", severity="error")
+            return
         self.app.call_from_thread(self._exported, path, len(text.encode()), replaced)
 
     def _exported(self, path: Path, size: int, replaced: bool) -> None:
