@@ -89,6 +89,18 @@ def merge_nvml(docs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return doc
 
 
+def boot_time() -> datetime | None:
+    """This host's boot time, for /dev/kmsg and dmesg lines stamped in seconds since boot: the ring
+    was recorded live here, so the running kernel's boot is theirs."""
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return datetime.fromtimestamp(int(line.split()[1]), tz=timezone.utc)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def amend(path: Path, change: Callable[[Bundle], None]) -> None:
     """Apply ``change`` to a copy of the bundle and rename it over the original."""
     partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
@@ -113,7 +125,8 @@ def add_window(bundle: Bundle, records: list[RingRecord], *, host: str, name: st
         here = os.getcwd()
         os.chdir(tmp)
         try:
-            results = ingest_paths(bundle, [label], host=host) if any((Path(tmp) / label).iterdir()) else []
+            results = (ingest_paths(bundle, [label], host=host, boot_time=boot_time())
+                       if any((Path(tmp) / label).iterdir()) else [])
         finally:
             os.chdir(here)
     stored = [r for r in results if r.status in STORED]

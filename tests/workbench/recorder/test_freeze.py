@@ -11,6 +11,8 @@ from collectors.nvml import NvmlAdapter
 from collectors.nvml import record as nvml_record
 from tests.collectors.test_nvml import FakeNvml, recording
 from workbench.bundle import Bundle
+from workbench.ingest import ingest_paths
+from workbench.recorder import freeze as freeze_module
 from workbench.recorder.config import RecorderConfig
 from workbench.recorder.freeze import freeze, merge_nvml
 from workbench.recorder.ring import Ring, RingRecord
@@ -60,3 +62,39 @@ def test_merge_nvml_keeps_every_reading_and_the_latest_inventory() -> None:
     assert merged is not None and len(merged["samples"]) == 3 and merged["devices"] == docs[-1]["devices"]
     assert merged["started_at"] == docs[0]["started_at"]
     assert merge_nvml([]) is None
+
+
+def test_the_one_shot_capture_is_merged_into_the_frozen_bundle(tmp_path: Path, monkeypatch) -> None:
+    """The capture itself is ``gpuwb capture`` (tests/test_capture_cli.py); here its bundle is a small one,
+    so that what freeze does with it (merge, seal, replace, mode 0600) is checked in seconds."""
+    config = RecorderConfig(out=str(tmp_path / "rec"), after_s=0.1, capture=True)
+    now = time.time()
+    ring = Ring(config.ring_dir, max_bytes=1 << 20, window_s=config.window_s)
+    ring.append([kernel(now, "NVRM: Xid (PCI:0000:5d:00): 48, pid=1234, name=python, Ch 00000008, DBE")])
+    ring.close()
+    dmesg = tmp_path / "node07" / "dmesg.log"
+    dmesg.parent.mkdir()
+    dmesg.write_text("[  3.000000] nvidia 0000:5d:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, "
+                     "(Receiver ID)\n")
+
+    def fake_capture(cfg: RecorderConfig, spec: dict, since: float, folder: Path) -> tuple[Path, str]:
+        out = folder / "capture.duckdb"
+        with Bundle.create(out, title="capture") as bundle:
+            ingest_paths(bundle, [str(dmesg)], host="node07")
+            bundle.record_capture("kernel", host="node07", status="ok")
+            bundle.seal()
+        return out, ""
+
+    monkeypatch.setattr(freeze_module, "run_capture", fake_capture)
+    path = tmp_path / "rec" / "incident.duckdb"
+    spec = {"config": json.loads(config.to_json()), "bundle": str(path), "host": "node07", "kernel_source": None,
+            "trigger": {"at": now, "reason": "xid 48", "source": "kernel:/var/log/kern.log", "line": ""}}
+    freeze(spec)
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert [p.name for p in path.parent.iterdir() if p.suffix == ".duckdb"] == ["incident.duckdb"]
+    with Bundle.open(path) as bundle:
+        assert bundle.verify() == []
+        assert {row["collector"] for row in bundle.coverage()} == {"recorder", "recorder-after", "kernel"}
+        kinds = {k for (k,) in bundle.con.execute("SELECT DISTINCT kind FROM event").fetchall()}
+        assert bundle.meta()["title"] == "xid 48 on node07 (gpuwb record)"
+    assert {"xid", "pcie_aer"} <= kinds
