@@ -82,6 +82,9 @@ def rewrite(folder: Path, variant: str) -> None:
             stat = path.stat()
             path.write_text("".join(kept), errors="surrogateescape")
             os.utime(path, (stat.st_atime, stat.st_mtime))
+    gone = {"no_nccl_info": "NCCL INFO", "old_init": "commId"}[variant]
+    left = [p.name for p in files if gone in p.read_text(errors="surrogateescape")]
+    assert not left, f"the {variant} variant left {gone!r} in {left}"
 
 
 def _old(line: str, bus: dict[str, str]) -> str:
