@@ -53,9 +53,17 @@ def unreviewed(analysis: Analysis, state: JournalState, layer: str) -> list[Chec
 
 
 def clear_needs_reason(analysis: Analysis, state: JournalState, layer: str) -> str | None:
-    """Why calling ``layer`` clear needs the responder to say why, or None when it does not."""
+    """Why calling ``layer`` clear needs the responder to say why, or None when it does not: a check
+    not reviewed yet, or one a responder judged fault or suspect."""
     waiting = unreviewed(analysis, state, layer)
-    if not waiting:
-        return None
-    names = ", ".join(c.title for c in waiting[:3]) + (f" and {len(waiting) - 3} more" if len(waiting) > 3 else "")
-    return f"{len(waiting)} check(s) of this layer not reviewed yet ({names}): say why it is clear anyway"
+    if waiting:
+        return f"{len(waiting)} check(s) of this layer not reviewed yet ({_names(waiting)}): say why it is clear anyway"
+    flagged = [c for c in analysis.checks_in(layer)
+               if state.check_verdicts[c.id].body.get("verdict") in ("fault", "suspect")]
+    if flagged:
+        return f"{len(flagged)} check(s) of this layer judged fault or suspect ({_names(flagged)}): say why it is clear"
+    return None
+
+
+def _names(checks: list[Check]) -> str:
+    return ", ".join(c.title for c in checks[:3]) + (f" and {len(checks) - 3} more" if len(checks) > 3 else "")

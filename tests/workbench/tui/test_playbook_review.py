@@ -70,3 +70,13 @@ def test_a_layer_is_clear_without_a_reason_only_when_every_check_was_reviewed(bu
     assert [c.id for c in unreviewed(analysis, journal.state(bundle), "network_storage")] == [checks[-1].id]
     journal.set_check_verdict(bundle, "alice", checks[-1].id, "clear", "fabric counters flat")
     assert clear_needs_reason(analysis, journal.state(bundle), "network_storage") is None
+
+
+def test_a_layer_with_a_check_judged_faulty_is_not_clear_without_a_reason(bundle, training_incident):
+    analysis = training_incident.analysis
+    checks = analysis.checks_in("network_storage")
+    for check in checks:
+        journal.set_check_verdict(bundle, "alice", check.id, check.verdict)
+    journal.set_check_verdict(bundle, "bob", checks[0].id, "suspect", "one port flapped at 09:20")
+    why = clear_needs_reason(analysis, journal.state(bundle), "network_storage")
+    assert why is not None and checks[0].title in why and "fault or suspect" in why

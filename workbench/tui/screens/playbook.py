@@ -324,7 +324,7 @@ class PlaybookScreen(CockpitScreen):
             out.append("\n")
         why = clear_needs_reason(analysis, self.state, layer)
         if why:
-            out.append("\nto call it clear: review its checks (c/o on each), or give a reason\n", "dim")
+            out.append(f"\nto call it clear: {why}\n", "dim")
         out.append("\nc confirm the engine · o override (with a reason) · n note", "dim")
         return out
 
