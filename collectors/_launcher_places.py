@@ -145,6 +145,12 @@ class LauncherPlaces:
         dump[key] = value
         return True
 
+    def declared_rank(self) -> int | None:
+        """The rank the file's one unprefixed environment dump says this process is."""
+        dump = self.env.get(None)
+        text = (dump.get("SLURM_PROCID") or dump.get("RANK") or "") if dump and None not in self.conflicts else ""
+        return int(text) if text.isdigit() else None
+
     def rendezvous(self, fields: dict[str, str]) -> None:
         if "global_ranks" in fields and len(self.tables) < 1024:
             self.tables.append(fields)

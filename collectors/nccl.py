@@ -872,12 +872,12 @@ class _Reader:
         return False
 
     def _sole_rank(self) -> int | None:
-        """The rank of a one-rank log (its NCCL init lines name one rank): the owner of its unprefixed
-        lines (tracebacks, trainer output)."""
+        """The rank of a one-rank log (its NCCL init lines name one rank, else its one environment dump
+        does): the owner of its unprefixed lines (tracebacks, trainer output)."""
         if self.sole[0] != len(self.procs):
             ranks = {proc.rank for proc in self.procs.values() if proc.rank is not None}
             self.sole = (len(self.procs), next(iter(ranks)) if len(ranks) == 1 else None)
-        return self.sole[1]
+        return self.sole[1] if self.sole[1] is not None or self.procs else self.places.declared_rank()
 
     def _step(self, finding: Finding, pre: _Prefix) -> bool:
         """Give a step-time finding its rank's step and ordinal, or drop it: a progress marker (DeepSpeed

@@ -9,7 +9,7 @@ import io
 from datetime import datetime, timezone
 
 from collectors import nccl
-from collectors.base import ParseContext, Topology
+from collectors.base import Event, ParseContext, Topology
 from tests.conftest import CORPUS, run_cli
 from workbench.bundle import Bundle
 
@@ -184,3 +184,15 @@ def test_fairseq_initialized_host_lines() -> None:
             "2022-08-05 08:44:41 | INFO | metaseq.distributed.utils | initialized host fairwus3-1-htc-339 as rank 16\n")
     rows = _placed(_topology(text), "trainer_log")
     assert {r: row.host for r, row in rows.items()} == {0: "fairwus3-1-htc-337", 16: "fairwus3-1-htc-339"}
+
+
+def test_an_environment_dump_names_the_owner_of_the_unprefixed_lines() -> None:
+    """A rank's own log without NCCL init lines: its dump says whose traceback follows."""
+    text = ("SLURM_PROCID=3\nSLURMD_NODENAME=node04\n"
+            "2025-03-10 03:47:20,970 - ERROR - RuntimeError: CUDA error: uncorrectable ECC error encountered\n")
+    ctx = ParseContext(mtime=datetime(2026, 11, 29, tzinfo=timezone.utc))
+    events = [r for r in nccl.parse("nccl_log", io.BytesIO(text.encode()), ctx) if isinstance(r, Event)]
+    assert [(e.kind, e.rank) for e in events] == [("cuda_error", 3)]
+    two = text.replace("SLURMD_NODENAME=node04", "SLURM_PROCID=4")
+    events = [r for r in nccl.parse("nccl_log", io.BytesIO(two.encode()), ctx) if isinstance(r, Event)]
+    assert [e.rank for e in events] == [None], "two dumps in one file name no owner"
