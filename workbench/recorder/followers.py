@@ -183,8 +183,8 @@ class KmsgFollower:
 def host_kernel_follower() -> tuple[Any, str]:
     """The host's kernel log: the journal, else /dev/kmsg. (follower or None, why not)."""
     if shutil.which("journalctl"):
-        probe = subprocess.run(["journalctl", "-k", "-n", "0", "-q"], capture_output=True, timeout=10)
-        if probe.returncode == 0:
+        probe = subprocess.run(["journalctl", "-k", "-n", "1", "-q"], capture_output=True, timeout=10)
+        if probe.returncode == 0 and probe.stdout.strip():  # a journal without kernel lines is not the kernel log
             return CommandFollower(["journalctl", "-k", "-f", "-n", "0", "-q", "-o", "short-iso-precise"],
                                    "kernel:journal"), ""
     if Path("/dev/kmsg").exists():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from workbench.recorder import followers
@@ -65,3 +66,19 @@ def test_glob_follows_files_that_appear_later_from_their_start(tmp_path: Path, m
     write(tmp_path / "rank0.log", "rank0 new\n")
     assert sorted(g.poll()) == [(f"watch:{tmp_path}/rank0.log", "rank0 new"),
                                 (f"watch:{tmp_path}/rank1.log", "rank1 first line")]
+
+
+def test_a_command_follower_reads_its_output_without_blocking() -> None:
+    f = followers.CommandFollower(["sh", "-c", "echo 'kernel: one'; printf 'kernel: tw'; sleep 0.3; echo o; sleep 30"],
+                                  "kernel:journal")
+    try:
+        lines: list[str] = []
+        for _ in range(40):
+            lines += f.poll()
+            if len(lines) == 2:
+                break
+            time.sleep(0.05)
+        assert lines == ["kernel: one", "kernel: two"] and f.error == ""
+    finally:
+        f.close()
+    assert f.proc.poll() is not None
