@@ -38,6 +38,8 @@ class FileFollower:
             st = os.stat(self.path)
         except OSError as exc:
             self.error = exc.strerror or str(exc)
+            if not self._started:  # not there yet: when it appears, all of it is new
+                self._started, self.inode, self.offset = True, None, 0
             return []
         self.error = ""
         if not self._started:

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -67,8 +68,15 @@ def stage(records: list[RingRecord], folder: Path) -> dict[str, Any]:
                 (folder / _file_name(source, n, ".json")).write_text(json.dumps(doc, indent=1))
                 summary["nvml_samples"] += len(doc["samples"])
         elif kind == "prom":
-            for k, record in enumerate(group):
-                (folder / _file_name(source, n, f"-{k:03d}.prom")).write_text(record.text)
+            url = source.removeprefix("prom:")
+            instance = urllib.parse.urlsplit(url).netloc or "metrics"
+            for record in group:
+                when = _utc(record.t)
+                stamp = when.strftime("%Y%m%dT%H%M%S.") + f"{when.microsecond // 1000:03d}Z"
+                # the header a live `gpuwb capture --prom` scrape starts with: the page's time and instance
+                mark = (f"# gpuwb-scrape url={urllib.parse.quote(url, safe=':/?&=%')} "
+                        f"time={when.isoformat(timespec='microseconds').replace('+00:00', 'Z')}\n")
+                (folder / _file_name(f"{instance}-{stamp}", n, ".prom")).write_text(mark + record.text)
             summary["prom_pages"] += len(group)
         elif kind == "note":
             summary["notes"] += [f"{_iso(r.t)} {r.text}" for r in group]

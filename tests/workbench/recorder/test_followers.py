@@ -82,3 +82,11 @@ def test_a_command_follower_reads_its_output_without_blocking() -> None:
     finally:
         f.close()
     assert f.proc.poll() is not None
+
+
+def test_a_file_that_appears_after_the_start_is_read_from_its_beginning(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    f = FileFollower(str(log), "kernel:x")
+    assert f.poll() == [] and f.error
+    log.write_text("first line of a new log\n")
+    assert f.poll() == ["first line of a new log"]
