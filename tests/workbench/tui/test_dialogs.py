@@ -3,7 +3,6 @@ refuses what the journal would refuse and says why on its error line."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -26,37 +25,33 @@ from workbench.tui.dialogs import (
 MISSING = object()
 
 
-def run_forms(*cases, check=None):
+async def run_forms(*cases, check=None):
     """Open each (dialog, keys) in turn in one app and press its keys; returns per dialog what it
-    returned (or MISSING when it stayed open) and its error line. ``check(dialogs)`` runs while the
-    app is still up."""
-
-    async def go():
-        app = App()
-        out = []
-        async with app.run_test(size=(120, 40)) as pilot:
-            for dialog, keys in cases:
-                box: list = []
-                app.push_screen(dialog, box.append)
-                await pilot.pause()
-                for key in keys:
-                    if isinstance(key, Typed):
-                        app.focused.insert_text_at_cursor(key.text)
-                        await pilot.pause()
-                    else:
-                        await pilot.press(key)
-                await pilot.pause()
-                if box:
-                    out.append((box[0], ""))
-                    continue
-                out.append((MISSING, str(dialog.query_one("#dialog-error", Static).render())))
-                if check is not None:
-                    check(dialog)
-                dialog.dismiss(None)
-                await pilot.pause()
-        return out
-
-    return asyncio.run(go())
+    returned (or MISSING when it stayed open) and its error line. ``check(dialog)`` runs on each
+    dialog left open, while the app is still up."""
+    app = App()
+    out = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        for dialog, keys in cases:
+            box: list = []
+            app.push_screen(dialog, box.append)
+            await pilot.pause()
+            for key in keys:
+                if isinstance(key, Typed):
+                    app.focused.insert_text_at_cursor(key.text)
+                    await pilot.pause()
+                else:
+                    await pilot.press(key)
+            await pilot.pause()
+            if box:
+                out.append((box[0], ""))
+                continue
+            out.append((MISSING, str(dialog.query_one("#dialog-error", Static).render())))
+            if check is not None:
+                check(dialog)
+            dialog.dismiss(None)
+            await pilot.pause()
+    return out
 
 
 @dataclass(frozen=True)
@@ -70,13 +65,13 @@ def typed(text: str) -> list[Typed]:
     return [Typed(text)]
 
 
-def test_note_returns_its_text_shows_the_pinned_event_and_escape_cancels():
+async def test_note_returns_its_text_shows_the_pinned_event_and_escape_cancels():
     def pinned_is_shown(dialog):
         if dialog.pinned:
             assert "kernel.log:35" in str(dialog.query_one("#pinned", Static).render())
 
     pinned = "03-14 09:21:16 node03 kernel.log:35"
-    saved, empty, cancelled, left_open = run_forms(
+    saved, empty, cancelled, left_open = await run_forms(
         (NoteDialog(pinned=pinned), [*typed("riser reseated"), "enter"]),
         (NoteDialog(), ["enter"]),
         (NoteDialog(), [*typed("half a thought"), "escape"]),
@@ -88,9 +83,9 @@ def test_note_returns_its_text_shows_the_pinned_event_and_escape_cancels():
     assert left_open == (MISSING, "")
 
 
-def test_verdict_override_needs_a_reason_and_the_review_rule_asks_for_one():
+async def test_verdict_override_needs_a_reason_and_the_review_rule_asks_for_one():
     rule = "2 check(s) of this layer not reviewed yet"
-    results = run_forms(
+    results = await run_forms(
         (VerdictDialog("layer Hardware", "fault"), ["right", "right", "enter"]),  # fault -> suspect -> clear
         (VerdictDialog("layer Hardware", "fault"), ["right", "right", "tab", *typed("replaced riser"), "enter"]),
         (VerdictDialog("check gpu_off_bus", "fault"), ["enter"]),
@@ -107,31 +102,28 @@ def test_verdict_override_needs_a_reason_and_the_review_rule_asks_for_one():
     assert suspect[0] is MISSING and "needs a reason" in suspect[1]
 
 
-def test_choice_wraps_and_clicks():
-    async def go():
-        choice = Choice([("a", "alpha"), ("b", "beta"), ("c", "gamma")], "a")
+async def test_choice_wraps_and_clicks():
+    choice = Choice([("a", "alpha"), ("b", "beta"), ("c", "gamma")], "a")
 
-        class One(App):
-            def compose(self):
-                yield choice
+    class One(App):
+        def compose(self):
+            yield choice
 
-        async with One().run_test(size=(60, 5)) as pilot:
-            choice.focus()
-            await pilot.press("left")
-            assert choice.value == "c"
-            await pilot.press("right", "right")
-            assert choice.value == "b"
-            await pilot.click(Choice, offset=(2, 0))
-            assert choice.value == "a"
-
-    asyncio.run(go())
+    async with One().run_test(size=(60, 5)) as pilot:
+        choice.focus()
+        await pilot.press("left")
+        assert choice.value == "c"
+        await pilot.press("right", "right")
+        assert choice.value == "b"
+        await pilot.click(Choice, offset=(2, 0))
+        assert choice.value == "a"
 
 
-def test_action_items_new_and_edited():
+async def test_action_items_new_and_edited():
     at = datetime(2026, 3, 14, 10)
     item = ActionItem(id="A1", title="Alert on AER", owner="hw", priority="P2", status="open", due=None, source=None,
                       created_by="alice", created_at=at, changed_by="alice", changed_at=at)
-    new, untitled, bad_due, edited, unchanged = run_forms(
+    new, untitled, bad_due, edited, unchanged = await run_forms(
         (ActionItemDialog(), [*typed("Alert on AER"), "tab", *typed("hw-team"), "tab", "left", "tab",
                               *typed("2026-04-01"), "enter"]),
         (ActionItemDialog(), ["enter"]),
@@ -146,14 +138,14 @@ def test_action_items_new_and_edited():
     assert unchanged[0] == {}
 
 
-def test_root_cause_completes_cause_ids_and_refuses_unknown_ones():
+async def test_root_cause_completes_cause_ids_and_refuses_unknown_ones():
     titles = []
 
     def keep_title(dialog):
         titles.append(str(dialog.query_one("#cause-title", Static).render()))
 
     prefilled = RootCauseDialog("gpu_fell_off_bus", host="node03", gpu="0000:5d:00.0", text="Xid 79 after AER")
-    completed, described, unknown, kept = run_forms(
+    completed, described, unknown, kept = await run_forms(
         (RootCauseDialog(), [*typed("gpu_fell"), "right", "tab", *typed("node03"), "enter"]),
         (RootCauseDialog(), [*typed("gpu_fell"), "right"]),
         (RootCauseDialog(), [*typed("cosmic_rays"), "enter"]),
@@ -165,10 +157,10 @@ def test_root_cause_completes_cause_ids_and_refuses_unknown_ones():
     assert kept[0] == RootCauseChoice("gpu_fell_off_bus", "node03", "0000:5d:00.0", "Xid 79 after AER")
 
 
-def test_times_and_fields_return_only_what_changed():
+async def test_times_and_fields_return_only_what_changed():
     detected = datetime(2026, 3, 14, 9, 33, 40)
     focus = []
-    results = run_forms(
+    results = await run_forms(
         (TimesDialog({"detection": detected}), ["tab", *typed("2026-03-14T11:00:00+01:00"), "enter"]),
         (TimesDialog({"detection": detected}), ["tab", *typed("2026-03-14 09:00"), "enter"]),
         (TimesDialog(), [*typed("yesterday"), "enter"]),
