@@ -602,6 +602,11 @@ FOREIGN = frozenset({"quote", "fence", "indent", "cri", "docker_json", "host_lab
                      "escaped_newlines"})
 """Wrappers no format parser reads; the others (syslog, dmesg stamps, ISO, launcher ranks, glog, ...) the
 parsers read themselves."""
+_KERNEL_MESSAGE = re.compile(r"\s*(?:NVRM:|nvidia-nvswitch|pcieport |mce: |EDAC |\[Hardware Error\]|Out of memory|"
+                             r"Memory cgroup out of memory|oom-kill:|\S+ invoked oom-killer|INFO: task |Call Trace:|"
+                             r"NETDEV WATCHDOG|mlx5_core |LustreError:|LNet:|BUG: |Kernel panic)")
+"""A kernel message in someone else's wrapper (dmesg through kubectl --timestamps or a container's log):
+its time goes back in dmesg's own ISO spelling so the kernel parser takes the lines as what they are."""
 _TIMED = frozenset({"syslog", "iso", "rfc5424", "dmesg", "dmesg_ctime", "glog", "vllm", "python_logging",
                     "fabric_manager", "go_log", "logfmt"})
 
@@ -625,6 +630,9 @@ def unframed_lines(lines: Iterable[str], *, reference: datetime | None = None) -
 
 def _respelled(rec: Framed, line: str) -> str:
     if not FOREIGN.intersection(rec.wrappers):
+        if rec.wrappers == ("iso",) and rec.ts is not None and "," not in (rec.ts_raw or ",") \
+                and _KERNEL_MESSAGE.match(rec.message):  # kubectl logs --timestamps of a dmesg
+            return f"{rec.ts.astimezone(timezone.utc):%Y-%m-%dT%H:%M:%S,%f}+00:00 {rec.message}"
         return line
     if "fence" in rec.wrappers:
         return ""
@@ -641,6 +649,8 @@ def _respelled(rec: Framed, line: str) -> str:
         when = rec.ts.astimezone(timezone.utc)
         if rec.ts_approx:
             return f"[{when:%a %b %d %H:%M:%S %Y}] {rest}"
+        if _KERNEL_MESSAGE.match(rest):
+            return f"{when:%Y-%m-%dT%H:%M:%S,%f}+00:00 {rest}"
         return f"{when:%Y-%m-%dT%H:%M:%S.%f}Z {rest}"
     if rec.mono is not None:
         return f"[{rec.mono:12.6f}] {rest}"

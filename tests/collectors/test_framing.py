@@ -192,7 +192,7 @@ def test_unframed_lines_take_off_only_what_no_parser_reads():
     assert out == ["", "[Sun May 19 19:57:00 2024] pcieport 0000:00:03.0: AER: Uncorrected (Fatal) error received: "
                        "0000:00:03.0",
                    "[Sun May 19 19:57:00 2024] nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)",
-                   "2025-01-02T03:04:05.500000Z NVRM: Xid (PCI:0000:19:00): 79, pid=0",
+                   "2025-01-02T03:04:05,500000+00:00 NVRM: Xid (PCI:0000:19:00): 79, pid=0",
                    "2025-01-02T03:04:05.000000Z [rank1]: NCCL WARN x", "Mar  6 09:55:01 node07 kernel: NVRM: q",
                    lines[6], "plain", ""]
 
