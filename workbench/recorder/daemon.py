@@ -28,6 +28,7 @@ from workbench.recorder.status import write_status
 from workbench.recorder.triggers import KernelTriggers, StormGate, Trigger, nccl_trigger, take_trigger_files
 
 STATUS_EVERY_S = 10.0
+HEALTH_LOG_S = 600.0
 PROM_TIMEOUT_S = 5.0
 
 
@@ -57,11 +58,13 @@ class Recorder:
         self.freezer: subprocess.Popen[bytes] | None = None
         self.freezing_bundle = ""
         self.bundles: list[str] = []
+        self.failed: list[str] = []
         self.last_trigger: Trigger | None = None
         self.started_at = time.time()
         self.stop = False
         self.usr1 = False
         self._status_at = 0.0
+        self._health_at = time.time()
         self._prom_at = 0.0
         self._offsets: dict[str, Any] = {}
 
@@ -122,11 +125,16 @@ class Recorder:
 
     # -- triggers and freezing ------------------------------------------------------------------
     def handle(self, triggers: list[Trigger]) -> None:
-        if self.freezer is not None and self.freezer.poll() is not None:
+        if self.freezer is not None and (code := self.freezer.poll()) is not None:
             self.freezer = None
-            self.bundles.append(self.freezing_bundle)
             self.gate.finished(time.time())
-            log(f"bundle written: {self.freezing_bundle}")
+            if Path(self.freezing_bundle).exists():
+                self.bundles.append(self.freezing_bundle)
+                failed = f" (its last step failed, exit {code})" if code else ""
+                log(f"bundle written: {self.freezing_bundle}{failed}")
+            else:
+                self.failed.append(self.freezing_bundle)
+                log(f"no bundle: freezing {self.freezing_bundle} failed (exit {code}; its message is above)")
             self.write_status()
         for trigger in triggers:
             self.last_trigger = trigger
@@ -177,7 +185,16 @@ class Recorder:
             "nvml": ({"state": self.sampler.state, "reason": self.sampler.reason, "samples": self.sampler.samples}
                      if self.sampler else {"state": "off", "reason": "--no-nvml"}),
             "last_trigger": self.last_trigger.as_dict() if self.last_trigger else None,
-            "freezing": self.freezer is not None, "absorbed": self.gate.absorbed, "bundles": self.bundles})
+            "freezing": self.freezer is not None, "absorbed": self.gate.absorbed, "bundles": self.bundles,
+            "failed": self.failed})
+
+    def log_health(self) -> None:
+        """One line to stderr (the service's journal) every few minutes: alive, how big, what is wrong."""
+        self._health_at = time.time()
+        broken = [f"{s['source']}: {s['error']}" for s in self.sources() if s["error"]]
+        nvml = f"nvml {self.sampler.state} ({self.sampler.samples} samples)" if self.sampler else "nvml off"
+        log(f"health: ring {self.ring.size() / (1 << 20):.1f} MiB, {self.ring.records_written} records, {nvml}, "
+            f"{len(self.bundles)} bundle(s)" + (f"; {'; '.join(broken)}" if broken else ""))
 
     def run(self) -> int:
         signal.signal(signal.SIGUSR1, self._on_usr1)
@@ -192,6 +209,8 @@ class Recorder:
                 self.handle(self.poll_once())
                 if time.time() - self._status_at >= STATUS_EVERY_S:
                     self.write_status()
+                if time.time() - self._health_at >= HEALTH_LOG_S:
+                    self.log_health()
                 time.sleep(max(0.05, self.config.poll_s - (time.monotonic() - began)))
         finally:
             self.close()

@@ -67,6 +67,8 @@ def format_status(status: dict[str, Any], now: float | None = None) -> str:
         lines.append("freezing   a bundle is being written")
     if status.get("absorbed"):
         lines.append(f"storm      {status['absorbed']} further trigger(s) joined the last incident")
+    for bundle in status.get("failed", [])[-5:]:
+        lines.append(f"failed     {bundle} (see the recorder's stderr)")
     for bundle in status.get("bundles", [])[-5:]:
         lines.append(f"bundle     {bundle}")
     return "\n".join(lines)

@@ -70,3 +70,24 @@ def test_watchdog_line_triggers_and_scrapes_land_in_the_bundle_at_their_times(tm
     assert scrapes == 2, "each page keeps its own scrape time"
     assert any("watchdog" in k or "timeout" in k for k in kinds), kinds
     assert coverage["recorder"].startswith("2 lines, 0 NVML readings, 2 Prometheus pages")
+
+
+def test_a_failed_freeze_is_reported_not_listed_as_a_bundle_and_health_is_logged(tmp_path: Path, capsys) -> None:
+    import subprocess
+
+    config = RecorderConfig(out=str(tmp_path / "rec"), nvml=False, kernel_log=str(tmp_path / "kern.log"))
+    recorder = Recorder(config)
+    try:
+        recorder.freezer = subprocess.Popen(["sh", "-c", "exit 70"])
+        recorder.freezer.wait()
+        recorder.freezing_bundle = str(tmp_path / "rec" / "never-written.duckdb")
+        recorder.handle([])
+        recorder.log_health()
+    finally:
+        recorder.close()
+    status = read_status(config.status_path)
+    assert status is not None and status["bundles"] == [] and status["failed"] == [recorder.freezing_bundle]
+    assert "failed     " in format_status(status)
+    err = capsys.readouterr().err
+    assert "no bundle: freezing" in err and "exit 70" in err
+    assert "health: ring " in err and "kern.log: No such file or directory" in err
