@@ -257,7 +257,7 @@ def _top_cause(folder: Path, tmp: Path, wrap) -> str | None:
     return hypotheses[0]["cause"] if hypotheses else None
 
 
-@pytest.mark.parametrize("case", ["deepfacelab-linux-89", "ollama-12136", "nccl-902"])
+@pytest.mark.parametrize("case", ["deepfacelab-linux-89", "genesis-quadrants-589", "nccl-902"])
 def test_a_wrapper_does_not_change_the_diagnosis(tmp_path, case):
     folder = ROOT / "tests" / "real_incidents" / case
     plain = _top_cause(folder, tmp_path / "plain", lambda i, line: line)
