@@ -81,7 +81,7 @@ def test_a_failed_freeze_is_reported_not_listed_as_a_bundle_and_health_is_logged
         recorder.freezer = subprocess.Popen(["sh", "-c", "exit 70"])
         recorder.freezer.wait()
         recorder.freezing_bundle = str(tmp_path / "rec" / "never-written.duckdb")
-        recorder.handle([])
+        recorder.handle(recorder.poll_once())
         recorder.log_health()
     finally:
         recorder.close()
