@@ -195,7 +195,7 @@ class PlaybookScreen(CockpitScreen):
         parent.remove_children()
         for ref, label in children:
             self._add(parent, ref, label, leaf=True)
-        if self.current is not None and self.current.kind in ("action", "note") and self.current in self.nodes:
+        if self.current in {ref for ref, _ in children}:
             parent.expand()
             self._move_to(self.nodes[self.current])
 
