@@ -25,7 +25,14 @@ from workbench.recorder.followers import FileFollower, GlobFollower, host_kernel
 from workbench.recorder.ring import Ring, RingRecord
 from workbench.recorder.sampler import Loader, NvmlSampler
 from workbench.recorder.status import write_status
-from workbench.recorder.triggers import KernelTriggers, StormGate, Trigger, nccl_trigger, take_trigger_files
+from workbench.recorder.triggers import (
+    KernelTriggers,
+    StormGate,
+    Trigger,
+    nccl_trigger,
+    nvml_trigger,
+    take_trigger_files,
+)
 
 STATUS_EVERY_S = 10.0
 HEALTH_LOG_S = 600.0
@@ -86,6 +93,8 @@ class Recorder:
         if self.sampler is not None:
             docs, notes = self.sampler.poll()
             records += [RingRecord(now, "nvml", "nvml", json.dumps(doc, separators=(",", ":"))) for doc in docs]
+            triggers += [hit for doc in docs for event in doc.get("events", [])
+                         if (hit := nvml_trigger(event, now)) is not None]
             records += [RingRecord(now, "recorder", "note", note) for note in notes]
             for note in notes:
                 log(note)

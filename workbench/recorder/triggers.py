@@ -1,6 +1,6 @@
 """What freezes the ring: a new Xid, SXid, fallen-off-bus or fatal PCIe AER line in the kernel log
 (recognised by the kernel collector's own line classifier, so the recorder and the bundle agree on
-what a line is); an NCCL watchdog or timeout line in a watched log; a trigger file dropped by
+what a line is) or an Xid event from NVML; an NCCL watchdog or timeout line in a watched log; a trigger file dropped by
 ``gpuwb record trigger``; SIGUSR1. A burst of them is one incident (:class:`StormGate`).
 """
 
@@ -68,6 +68,15 @@ def nccl_trigger(line: str, source: str, at: float) -> Trigger | None:
     if NCCL_TIMEOUT.search(line):
         return Trigger(at, "NCCL watchdog/timeout", source, line)
     return None
+
+
+def nvml_trigger(event: dict[str, object], at: float) -> Trigger | None:
+    """An Xid NVML reported to the sampler's event set (seen even where the kernel log is not readable)."""
+    xid = event.get("xid")
+    if not isinstance(xid, int) or xid <= 0:
+        return None
+    where = f" on {event['pci_bus_id']}" if event.get("pci_bus_id") else ""
+    return Trigger(at, f"xid {xid}", "nvml", f"NVML critical Xid event {xid}{where}")
 
 
 def drop_trigger_file(folder: Path, reason: str) -> Path:

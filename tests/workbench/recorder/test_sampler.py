@@ -7,6 +7,7 @@ import time
 
 from tests.collectors.test_nvml import FakeNvml, recording
 from workbench.recorder.sampler import NvmlSampler
+from workbench.recorder.triggers import nvml_trigger
 
 
 def run_for(sampler: NvmlSampler, seconds: float) -> tuple[list, list[str]]:
@@ -30,6 +31,8 @@ def test_replayed_8_gpus_give_one_reading_per_interval() -> None:
     assert 3 <= len(docs) <= 7
     assert all(len(d["devices"]) == 8 and len(d["samples"]) == 1 and len(d["samples"][0]["gpus"]) == 8
                for d in docs)
+    hits = [nvml_trigger(e, 0.0) for d in docs for e in d["events"]]
+    assert [(h.reason, h.source) for h in hits if h] == [("xid 119", "nvml")], "the recording's one Xid event"
 
 
 def test_a_hanging_nvml_is_cut_off_and_noted_once() -> None:
