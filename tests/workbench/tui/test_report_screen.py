@@ -56,3 +56,20 @@ async def test_preview_follows_the_journal_and_export_writes_it_never_over_a_bun
     with Bundle.open(incident.path) as bundle:  # the bundle is intact: evidence and seal untouched
         assert bundle.verify() == []
 
+
+
+async def test_without_an_analysis_the_postmortem_is_still_exported(incident, monkeypatch):
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("engine broke")
+
+    monkeypatch.setattr("workbench.findings.run", broken)
+    app = Cockpit(SharedBundle(incident.path, "alice"))  # the real path: the analysis runs, and fails
+    async with app.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: app.analysis_error is not None)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ReportScreen))
+        screen = app.screen
+        assert "analysis failed: RuntimeError: engine broke" in str(screen.query_one("#rp-head").render())
+        await pilot.press("m")
+        await wait_for(pilot, lambda: len(screen.written) == 1, seconds=30)
+    assert "Training job 48213" in export_path(incident.path, "md").read_text(encoding="utf-8")

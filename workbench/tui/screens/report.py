@@ -55,6 +55,7 @@ class ReportScreen(CockpitScreen):
     def on_mount(self) -> None:
         super().on_mount()
         self.watch(self.app, "model", self._on_model, init=True)
+        self.watch(self.app, "analysis_error", self._on_error, init=True)
         self.query_one("#rp-scroll").focus()
 
     def _on_model(self, model: dict[str, Any] | None) -> None:
@@ -70,8 +71,14 @@ class ReportScreen(CockpitScreen):
             self.source = text
             self.query_one("#rp-md", Markdown).update(text)
 
+    def _on_error(self, error: str | None) -> None:
+        if error and self.cockpit.model is None:
+            self.query_one("#rp-head", Static).update(Text(
+                f"analysis failed: {error}; m/h still write the postmortem, without the engine's findings",
+                "bold red"))
+
     def action_export(self, fmt: str) -> None:
-        if self.analysis is None:
+        if self.analysis is None and self.cockpit.analysis_error is None:
             self.notify("the analysis is still running; export when the preview shows", severity="warning")
             return
         self._export(fmt)
