@@ -10,11 +10,13 @@ analysis and the report read the same curves. Quantiles follow Prometheus' histo
 buckets as deltas between successive scrapes (a decrease means the server restarted: the new
 cumulative counts are the delta), linear interpolation inside the bucket holding the rank.
 
-The arithmetic runs on whole columns: DuckDB extracts the labels where the rows sit and hands
-them over as Arrow, pandas groups and sums per series and scrape, and numpy takes the counter
-differences and the quantiles of every interval of every histogram at once. numpy and pandas are
+The arithmetic runs on whole columns: DuckDB filters the rows where they sit and hands them over
+as Arrow (host, name and labels dictionary-encoded, so each distinct label set is parsed once);
+numpy groups them by sorting (one stable sort and a reduce per run of equal keys, rows summed in
+table order as before), takes the counter increases of every series in one pass, and the
+quantiles of every interval of every histogram sharing a bucket layout as one matrix. numpy is
 imported inside the functions: ``gpuwb capture`` imports the collectors that share this vocabulary
-and must not pay for them.
+and must not pay for it.
 """
 
 from __future__ import annotations
@@ -282,23 +284,47 @@ def _load_table(con: Any, metrics: Iterable[str] | None) -> _Table:
     if wanted:
         sql += f" AND json_extract_string(labels, '$.metric') IN ({', '.join('?' for _ in wanted)})"
     table = con.sql(sql, params=wanted or None).to_arrow_table()
-    ts = table.column("ts").to_numpy().astype(np.int64)
-    order = np.argsort(ts, kind="stable")
     codes, values = {}, {}
     for name in ("host", "name", "labels"):
         encoded = table.column(name).combine_chunks().dictionary_encode()
-        codes[name] = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)[order]
+        codes[name] = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
         values[name] = encoded.dictionary.to_pylist()
     values["labels"] = [json.loads(text) if text else {} for text in values["labels"]]
-    return _Table(ts[order], table.column("value").to_numpy().astype(float)[order], codes, values)
+    return _Table(table.column("ts").to_numpy().astype(np.int64), table.column("value").to_numpy().astype(float),
+                  codes, values)
 
 
-def _factorize(*keys: np.ndarray) -> np.ndarray:
-    """One id per distinct key tuple, numbered in order of first appearance."""
-    import pandas as pd
+def _dense(keys: list[np.ndarray]) -> np.ndarray:
+    """One id per distinct tuple of integer keys (in no particular order)."""
+    import numpy as np
 
-    return pd.DataFrame({str(i): k for i, k in enumerate(keys)}).groupby(
-        [str(i) for i in range(len(keys))], sort=False, dropna=False).ngroup().to_numpy()
+    combined = np.zeros(len(keys[0]), dtype=np.int64)
+    span = 1
+    for key in keys:
+        key = np.asarray(key, dtype=np.int64)
+        low, width = (int(key.min()), int(key.max() - key.min()) + 1) if len(key) else (0, 1)
+        if span * width >= 2 ** 62:  # keep the combined number in range: renumber what we have first
+            combined = np.unique(combined, return_inverse=True)[1].astype(np.int64)
+            span = int(combined.max()) + 1 if len(combined) else 1
+        combined = combined * width + (key - low)
+        span *= width
+    return np.unique(combined, return_inverse=True)[1].astype(np.int64)
+
+
+def _factorize(keys: list[np.ndarray], when: np.ndarray) -> np.ndarray:
+    """One id per distinct key tuple, numbered in the order the keys first appear in time (``when``:
+    each row's time index; ties: the earlier row)."""
+    import numpy as np
+
+    ids = _dense(keys)
+    count = int(ids.max()) + 1 if len(ids) else 0
+    first_time = np.full(count, np.iinfo(np.int64).max)
+    np.minimum.at(first_time, ids, when)
+    first_row = np.full(count, len(ids), dtype=np.int64)
+    np.minimum.at(first_row, ids, np.arange(len(ids), dtype=np.int64))
+    rank = np.empty(count, dtype=np.int64)
+    rank[np.lexsort((first_row, first_time))] = np.arange(count)
+    return rank[ids]
 
 
 @dataclass
@@ -316,30 +342,42 @@ class _Series:
         return np.searchsorted(self.sid, np.arange(len(self.keys) + 1))
 
 
-def _aggregate(keys: list[np.ndarray], ts: np.ndarray, value: np.ndarray, how: str) -> _Series:
+def _runs(key: np.ndarray, value: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group rows by an integer key: (distinct keys ascending, the sum or max of each one's values in
+    row order, one row of each). A stable sort and a reduce over each run: no hash table, no Python loop."""
+    import numpy as np
+
+    order = np.argsort(key, kind="stable")
+    ordered = key[order]
+    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]])) if len(key) else np.zeros(0, int)
+    reduce = np.add if how == "sum" else np.maximum
+    return ordered[starts], reduce.reduceat(value[order], starts) if len(key) else value[:0], order[starts]
+
+
+def _aggregate(keys: list[np.ndarray], when: np.ndarray, value: np.ndarray, how: str, times: _Times) -> _Series:
     """Sum (or max) the values of rows with the same key and time: the samples of the label sets a
     curve does not tell apart (engines, versions, reasons)."""
     import numpy as np
-    import pandas as pd
 
-    if len(ts) == 0:
-        return _Series(np.zeros(0, dtype=np.int64), ts, value, [])
-    sid = _factorize(*keys)
-    first = np.unique(sid, return_index=True)[1]
-    frame = pd.DataFrame({"sid": sid, "ts": ts, "value": value})
-    grouped = frame.groupby(["sid", "ts"], sort=True)["value"]
-    agg = grouped.sum() if how == "sum" else grouped.max()
-    return _Series(agg.index.get_level_values(0).to_numpy(), agg.index.get_level_values(1).to_numpy(),
-                   agg.to_numpy(dtype=float), [tuple(k[i] for k in keys) for i in first])
+    if len(when) == 0:
+        return _Series(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), value, [])
+    sid = _factorize(keys, when)
+    width = len(times.stamps)
+    key, agg, rows = _runs(sid * width + when, value, how)
+    representative = np.empty(int(sid.max()) + 1, dtype=np.int64)
+    representative[sid[rows]] = rows
+    return _Series(key // width, times.stamps[key % width], agg,
+                   [tuple(k[r] for k in keys) for r in representative.tolist()])
 
 
 class _Times:
-    """Microsecond stamps back to the naive datetimes DuckDB returns, each distinct stamp built once."""
+    """The distinct times of the rows (``index``: each row's), and back to the naive datetimes DuckDB
+    returns, each distinct stamp built once."""
 
     def __init__(self, ts_us: np.ndarray) -> None:
         import numpy as np
 
-        self.stamps = np.unique(ts_us)
+        self.stamps, self.index = np.unique(ts_us, return_inverse=True)
         self.objects = np.empty(len(self.stamps), dtype=object)
         self.objects[:] = [_EPOCH + timedelta(microseconds=int(us)) for us in self.stamps.tolist()]
 
@@ -381,7 +419,9 @@ def signals(con: Any, metrics: Iterable[str] | None = None) -> list[Signal]:
 
     identities = [tuple((k, labels[k]) for k in IDENTITY_LABELS if labels.get(k)) for labels in sets]
     identity_ids = _ids(identities)
-    group = _factorize(table.codes["host"], per_set([identity_ids[i] for i in identities], np.int64))
+    times = _Times(table.ts)
+    when = times.index
+    group = _factorize([table.codes["host"], per_set([identity_ids[i] for i in identities], np.int64)], when)
     first_rows = np.unique(group, return_index=True)[1]
     approx = np.zeros(len(first_rows), dtype=bool)
     stamped_late = per_set([labels.get("ts_origin") in ("mtime", "captured") for labels in sets], bool)
@@ -401,7 +441,6 @@ def signals(con: Any, metrics: Iterable[str] | None = None) -> list[Signal]:
     quantile = ~bucket & per_set(["quantile" in labels for labels in sets], bool) & (suffix != "_sum") & (
         suffix != "_count")
     plain = ~bucket & ~quantile
-    times = _Times(table.ts)
     out: list[tuple[tuple[int, ...], Signal]] = []
 
     def emit(g: int, order: tuple[int, ...], metric: str, stat: str, unit: str,
@@ -411,15 +450,15 @@ def signals(con: Any, metrics: Iterable[str] | None = None) -> list[Signal]:
 
     le = per_set([_bound(labels.get("le")) for labels in sets], float)
     rows = np.flatnonzero(bucket & ~np.isnan(le))  # a bound that is not a number cannot rank
-    _bucket_signals([group[rows], metric[rows], base[rows]], le[rows], table.ts[rows], table.value[rows],
+    _bucket_signals([group[rows], metric[rows], base[rows]], le[rows], when[rows], table.value[rows],
                     lambda g, m, b: (g, metrics_[m], bases[b]), times, emit)
     rows = np.flatnonzero(quantile)
     stats = [labels.get("stat") or _quantile_stat(labels.get("quantile")) for labels in sets]
     stat_ids = _ids(stats)
     stat_names = list(stat_ids)
     stat_id = per_set([stat_ids[stat] for stat in stats], np.int64)
-    quantiles = _aggregate([group[rows], metric[rows], base[rows], stat_id[rows]], table.ts[rows], table.value[rows],
-                           "max")
+    quantiles = _aggregate([group[rows], metric[rows], base[rows], stat_id[rows]], when[rows], table.value[rows],
+                           "max", times)
     bounds = quantiles.bounds()
     for s, (g, m, b, st) in enumerate(quantiles.keys):
         m, b = metrics_[m], bases[b]
@@ -429,7 +468,7 @@ def signals(con: Any, metrics: Iterable[str] | None = None) -> list[Signal]:
         emit(g, (1, s), m, stat_names[st], "s" if m in LATENCY else "",
              times.points(quantiles.ts[bounds[s]:bounds[s + 1]][finite], values[finite]), b)
     rows = np.flatnonzero(plain)
-    pair_id = _factorize(name_code[rows], label_code[rows])
+    pair_id = _factorize([name_code[rows], label_code[rows]], when[rows])
     keys = []
     for r in rows[np.unique(pair_id, return_index=True)[1]].tolist():
         name, stat = names[name_code[r]], sets[label_code[r]].get("stat")
@@ -437,7 +476,7 @@ def signals(con: Any, metrics: Iterable[str] | None = None) -> list[Signal]:
         keys.append((name if stat is None else f"{name}|{stat}", kind))
     key_ids = _ids(keys)
     key_id = np.array([key_ids[key] for key in keys], dtype=np.int64)[pair_id]
-    plain_series = _aggregate([group[rows], metric[rows], key_id], table.ts[rows], table.value[rows], "sum")
+    plain_series = _aggregate([group[rows], metric[rows], key_id], when[rows], table.value[rows], "sum", times)
     by_id = list(key_ids)
     plain_series.keys = [(g, metrics_[m], *by_id[k]) for g, m, k in plain_series.keys]
     _plain_signals(plain_series, times, emit)
@@ -468,45 +507,58 @@ def _quantile_stat(quantile: Any) -> str:
         return f"q{quantile}"
 
 
-def _bucket_signals(keys: list[np.ndarray], le: np.ndarray, ts: np.ndarray, value: np.ndarray,
+def _bucket_signals(keys: list[np.ndarray], le: np.ndarray, when: np.ndarray, value: np.ndarray,
                     names: Callable[..., tuple[int, str, str]], times: _Times, emit: Callable[..., None]) -> None:
     """p50/p95/p99 per interval of every histogram (``keys``: group, metric, family): the histograms
     that share a set of bucket bounds are stacked into one matrix (a row per scrape, a column per
     bound) and computed together."""
     import numpy as np
-    import pandas as pd
 
-    if len(ts) == 0:
+    if len(when) == 0:
         return
-    sid = _factorize(*keys)
-    first = np.unique(sid, return_index=True)[1]
-    named = [names(*(int(k[i]) for k in keys)) for i in first.tolist()]
-    summed = pd.DataFrame({"sid": sid, "ts": ts, "le": le, "value": value}).groupby(
-        ["sid", "ts", "le"], sort=True)["value"].sum()
-    bounds_of = summed.index.to_frame(index=False).groupby("sid")["le"].unique()
-    classes: dict[tuple[float, ...], list[int]] = defaultdict(list)
-    for s, les in bounds_of.items():
-        classes[tuple(sorted(les.tolist()))].append(int(s))
-    for les, sids in classes.items():
-        matrix = summed[summed.index.get_level_values(0).isin(sids)].unstack("le").reindex(columns=list(les))
-        row_sid = matrix.index.get_level_values(0).to_numpy()
-        row_ts = matrix.index.get_level_values(1).to_numpy()
-        starts = np.ones(len(row_sid), dtype=bool)
+    sid = _factorize(keys, when)
+    bounds, le_index = np.unique(le, return_inverse=True)
+    width, depth = len(times.stamps), len(bounds)
+    key, summed, rows = _runs((sid * width + when) * depth + le_index, value, "sum")
+    representative = np.empty(int(sid.max()) + 1, dtype=np.int64)
+    representative[sid[rows]] = rows
+    named = [names(*(int(k[r]) for k in keys)) for r in representative.tolist()]
+    scrape, column = key // depth, key % depth
+    owner = scrape // width
+    layouts: dict[int, list[int]] = defaultdict(list)
+    for pair in np.unique(owner * depth + column).tolist():
+        layouts[pair // depth].append(pair % depth)
+    classes: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for s, columns in layouts.items():
+        classes[tuple(columns)].append(s)
+    class_of = np.empty(len(named), dtype=np.int64)
+    for c, sids in enumerate(classes.values()):
+        class_of[sids] = c
+    row_class = class_of[owner]
+    for c, (columns, sids) in enumerate(classes.items()):
+        mine = row_class == c
+        stacked, at = np.unique(scrape[mine], return_inverse=True)  # by histogram, then time
+        position = np.full(depth, -1)
+        position[list(columns)] = np.arange(len(columns))
+        matrix = np.full((len(stacked), len(columns)), math.nan)
+        matrix[at, position[column[mine]]] = summed[mine]
+        row_sid, row_ts = stacked // width, times.stamps[stacked % width]
+        starts = np.ones(len(stacked), dtype=bool)
         starts[1:] = row_sid[1:] != row_sid[:-1]
-        got = _interval_rows(np.array(les, dtype=float), matrix.to_numpy(dtype=float), starts, QUANTILES,
-                             allow_truncated=True, include_first=False)
+        got = _interval_rows(bounds[list(columns)], matrix, starts, QUANTILES, allow_truncated=True,
+                             include_first=False)
         kept = np.flatnonzero(got.kept)
         kept_sid, kept_ts = row_sid[kept], row_ts[kept]
         for s in sids:
             g, m, b = named[s]
-            mine = kept_sid == s
+            lo, hi = np.searchsorted(kept_sid, [s, s + 1])
             scale = unit_scale(b)
             for order, q in enumerate(QUANTILES):
-                values = got.values[q][mine]
+                values = got.values[q][lo:hi]
                 finite = np.isfinite(values)
                 if finite.any():
                     emit(g, (0, s, order), m, _quantile_stat(str(q)), "s" if m in LATENCY else "",
-                         times.points(kept_ts[mine][finite], values[finite] * scale), b)
+                         times.points(kept_ts[lo:hi][finite], values[finite] * scale), b)
 
 
 def _plain_signals(series: _Series, times: _Times, emit: Callable[..., None]) -> None:

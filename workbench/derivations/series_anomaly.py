@@ -126,13 +126,27 @@ def find_onsets(curves: Sequence[Sequence[float]], shapes: Sequence[Shape], *, z
     # readable number (not 1e14) while the magnitude test ``need`` still decides.
     mad = _baseline_mads(flat, curve_start, median, candidate)
     scale = np.maximum(np.maximum(MAD_TO_SIGMA * mad, 0.01 * np.abs(median[candidate])), 1e-12)
-    strong = shift[candidate] / scale >= z
+    first = shift[candidate] / scale
+    strong = first >= z
+    at, scale, first = candidate[strong], scale[strong], first[strong]
+    curve_of = np.searchsorted(offsets, at, side="right") - 1
+    # The run from each strong point, against that point's baseline: long enough when the next
+    # ``persist - 1`` points score too, or extreme enough when it reaches the end of its curve.
+    end = offsets[curve_of + 1]
+    passing = np.ones(len(at), dtype=bool)
+    length = np.ones(len(at), dtype=np.int64)
+    with np.errstate(invalid="ignore"):
+        for k in range(1, persist):
+            inside = at + k < end
+            later = direction[at] * (flat[np.minimum(at + k, len(flat) - 1)] - median[at])
+            passing &= inside & (later >= need[at]) & (later > 0) & (later / scale >= z)
+            length += passing
+    accepted = (length >= persist) | ((at + length == end) & (first >= 2 * z))
     found: list[Onset | None] = [None] * len(arrays)
-    curve_of = np.searchsorted(offsets, candidate[strong], side="right") - 1
-    for at, spread, c in zip(candidate[strong].tolist(), scale[strong].tolist(), curve_of.tolist()):  # in order
-        if found[c] is None:
-            found[c] = _run_from(arrays[c], at - int(offsets[c]), float(median[at]), float(need[at]), spread,
-                                 shapes[c].direction, z, persist)
+    curves_hit, first_hit = np.unique(curve_of[accepted], return_index=True)
+    for c, k in zip(curves_hit.tolist(), np.flatnonzero(accepted)[first_hit].tolist()):
+        found[c] = _run_from(arrays[c], int(at[k] - offsets[c]), float(median[at[k]]), float(need[at[k]]),
+                             float(scale[k]), shapes[c].direction, z)
     return found
 
 
@@ -166,22 +180,18 @@ def _baseline_medians(flat: np.ndarray, curve_start: np.ndarray, min_baseline: i
     return pd.Series(flat).rolling(Before(lo=lo, hi=position), min_periods=min_baseline).median().to_numpy()
 
 
-def _run_from(values: np.ndarray, i: int, median: float, need: float, scale: float, direction: int, z: float,
-              persist: int) -> Onset | None:
-    """The anomalous run starting at ``i`` against the baseline before it, if long (or extreme) enough."""
+def _run_from(values: np.ndarray, i: int, median: float, need: float, scale: float, direction: int,
+              z: float) -> Onset:
+    """The anomalous run that starts at ``i`` against the baseline before it: where it ends, its peak."""
     import numpy as np
 
     shift = direction * (values[i:] - median)
     score = np.where((shift >= need) & (shift > 0), shift / scale, 0.0)
-    first = float(score[0])
     short = np.flatnonzero(score[1:] < z)
     length = int(short[0]) + 1 if len(short) else len(score)
-    j = i + length - 1
-    if length >= persist or (j == len(values) - 1 and first >= 2 * z):
-        run = values[i:j + 1]
-        peak = float(run.max() if direction > 0 else run.min())
-        return Onset(i, j, median, peak, float(score[:length].max()))
-    return None
+    run = values[i:i + length]
+    return Onset(i, i + length - 1, median, float(run.max() if direction > 0 else run.min()),
+                 float(score[:length].max()))
 
 
 def find_saturation(values: Sequence[float], threshold: float, persist: int = 2) -> Onset | None:
