@@ -47,6 +47,15 @@ async def test_preview_follows_the_journal_and_export_writes_it_never_over_a_bun
         await pilot.press("m", "h")
         await wait_for(pilot, lambda: len(screen.written) == 2)
 
+        await pilot.press("escape")  # away: a hidden preview waits, and catches up when shown again
+        with app.store.write() as bundle:
+            journal.add_note(bundle, "bob", "Spare GPU burn-in passed")
+        app.journal_written()
+        await wait_for(pilot, lambda: any(r["text"] == "Spare GPU burn-in passed" for r in app.model["timeline"]))
+        assert "burn-in" not in screen.source
+        await pilot.press("r")
+        await wait_for(pilot, lambda: "Spare GPU burn-in passed" in screen.source)
+
     assert set(screen.written) == {md, html}
     assert md.name == "incident-postmortem.md" and md.parent == incident.path.parent
     text = md.read_text(encoding="utf-8")

@@ -61,7 +61,12 @@ class ReportScreen(CockpitScreen):
     def _on_model(self, model: dict[str, Any] | None) -> None:
         head = self.query_one("#rp-head", Static)
         if model is None:
-            head.update(Text("building the postmortem… (it waits for the analysis)", "italic"))
+            error = self.cockpit.analysis_error
+            head.update(Text(f"analysis failed: {error}; m/h still write the postmortem, without the engine's "
+                             "findings", "bold red") if error else
+                        Text("building the postmortem… (it waits for the analysis)", "italic"))
+            return
+        if not self.is_current:  # rendered when shown again: a hidden preview costs nothing per journal write
             return
         text = printable(report.render(model, "md"))
         head.update(Text.assemble(("Postmortem preview", "bold"),
@@ -71,11 +76,13 @@ class ReportScreen(CockpitScreen):
             self.source = text
             self.query_one("#rp-md", Markdown).update(text)
 
+    def on_screen_resume(self) -> None:
+        if self.is_mounted:
+            self._on_model(self.cockpit.model)
+
     def _on_error(self, error: str | None) -> None:
         if error and self.cockpit.model is None:
-            self.query_one("#rp-head", Static).update(Text(
-                f"analysis failed: {error}; m/h still write the postmortem, without the engine's findings",
-                "bold red"))
+            self._on_model(None)
 
     def action_export(self, fmt: str) -> None:
         if self.analysis is None and self.cockpit.analysis_error is None:
