@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 QUANTILES = (0.5, 0.95, 0.99)
 _EPOCH = datetime(1970, 1, 1)
+_BATCH_ROWS = 1 << 18
 
 # -- quantiles ---------------------------------------------------------------------------------
 
@@ -272,8 +273,9 @@ class _Table:
 
 
 def _load_table(con: Any, metrics: Iterable[str] | None) -> _Table:
-    """One query; Arrow brings the columns over with host, name and labels dictionary-encoded, so
-    each distinct label set is parsed once, not once per row."""
+    """One query, streamed as Arrow batches; host, name and labels arrive as integer codes into
+    their distinct values (each batch dictionary-encoded), so no Python object is made per row and
+    each distinct label set is parsed once."""
     import numpy as np
     import pyarrow.compute as pc
 
@@ -283,15 +285,26 @@ def _load_table(con: Any, metrics: Iterable[str] | None) -> _Table:
     wanted = sorted(set(metrics or ()))
     if wanted:
         sql += f" AND json_extract_string(labels, '$.metric') IN ({', '.join('?' for _ in wanted)})"
-    table = con.sql(sql, params=wanted or None).to_arrow_table()
-    codes, values = {}, {}
-    for name in ("host", "name", "labels"):
-        encoded = table.column(name).combine_chunks().dictionary_encode()
-        codes[name] = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
-        values[name] = encoded.dictionary.to_pylist()
+    columns = ("host", "name", "labels")
+    ids: dict[str, dict[Any, int]] = {name: {} for name in columns}
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in ("ts", "value", *columns)}
+    for batch in con.sql(sql, params=wanted or None).to_arrow_reader(_BATCH_ROWS):
+        parts["ts"].append(batch.column("ts").to_numpy().astype(np.int64))
+        parts["value"].append(batch.column("value").to_numpy().astype(float))
+        for name in columns:
+            encoded = pc.dictionary_encode(batch.column(name))
+            known = ids[name]
+            to_global = np.array([known.setdefault(v, len(known)) for v in encoded.dictionary.to_pylist()] + [-1],
+                                 dtype=np.int32)
+            local = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
+            parts[name].append(to_global[local])
+    if not parts["ts"]:
+        return _Table(np.zeros(0, dtype=np.int64), np.zeros(0), {name: np.zeros(0, dtype=np.int32) for name in columns},
+                      {name: [] for name in columns})
+    values = {name: list(ids[name]) for name in columns}
     values["labels"] = [json.loads(text) if text else {} for text in values["labels"]]
-    return _Table(table.column("ts").to_numpy().astype(np.int64), table.column("value").to_numpy().astype(float),
-                  codes, values)
+    return _Table(np.concatenate(parts["ts"]), np.concatenate(parts["value"]),
+                  {name: np.concatenate(parts[name]) for name in columns}, values)
 
 
 def _dense(keys: list[np.ndarray]) -> np.ndarray:
@@ -433,13 +446,18 @@ def signals(con: Any, metrics: Iterable[str] | None = None) -> list[Signal]:
     base_ids = _ids(b for b, _ in families)
     bases = list(base_ids)
     base = np.array([base_ids[b] for b, _ in families] + [0], dtype=np.int64)[name_code]
-    suffix = np.array([s for _, s in families] + [""], dtype=object)[name_code]
+    suffixes = _ids(["", *(s for _, s in families)])
+    suffix_of = np.array([suffixes[s] for _, s in families] + [0], dtype=np.int8)[name_code]
+
+    def suffix_is(text: str) -> np.ndarray:
+        return suffix_of == suffixes.get(text, -1)
+
     metric_ids = _ids(labels.get("metric", "") for labels in sets)
     metrics_ = list(metric_ids)
     metric = per_set([metric_ids[labels.get("metric", "")] for labels in sets], np.int64)
-    bucket = (suffix == "_bucket") & per_set(["le" in labels for labels in sets], bool)
-    quantile = ~bucket & per_set(["quantile" in labels for labels in sets], bool) & (suffix != "_sum") & (
-        suffix != "_count")
+    bucket = suffix_is("_bucket") & per_set(["le" in labels for labels in sets], bool)
+    quantile = ~bucket & per_set(["quantile" in labels for labels in sets], bool) & ~suffix_is("_sum") & ~suffix_is(
+        "_count")
     plain = ~bucket & ~quantile
     out: list[tuple[tuple[int, ...], Signal]] = []
 
