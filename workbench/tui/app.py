@@ -96,8 +96,19 @@ class Cockpit(App):
             self._build_model(self.analysis)
 
     def _build_model(self, analysis: Analysis) -> None:
-        with self.store.read() as bundle:
-            model = report.build(bundle, analysis=analysis.to_json())
+        """Evidence is sealed: it is verified (every artifact hashed) once per session, not after
+        every note; a rebuild keeps the first verification's result."""
+        previous = self.model
+        try:
+            with self.store.read() as bundle:
+                model = report.build(bundle, analysis=analysis.to_json(), verify=previous is None)
+        except Exception as exc:  # a failed rebuild keeps the last good preview and says why
+            self.call_from_thread(self.notify, f"postmortem not refreshed: {type(exc).__name__}: {exc}",
+                                  severity="error")
+            return
+        if previous is not None:
+            for key in ("verified", "verify_ok", "problems"):
+                model["evidence"][key] = previous["evidence"][key]
         self.call_from_thread(setattr, self, "model", model)
 
     def journal_written(self) -> None:

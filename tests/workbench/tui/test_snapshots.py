@@ -37,3 +37,8 @@ def test_overview(snap_compare, incident, size):
 @pytest.mark.parametrize("size", SIZES, ids=["80x24", "160x50"])
 def test_timeline_at_the_first_anomaly(snap_compare, incident, size):
     assert snap_compare(_cockpit(incident), terminal_size=size, run_before=_after("t", "a"))
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "160x50"])
+def test_playbook(snap_compare, incident, size):
+    assert snap_compare(_cockpit(incident), terminal_size=size, run_before=_after("p"))
