@@ -432,6 +432,11 @@ def _error_count(bundle: Bundle, start: datetime | None, end: datetime | None) -
 def _layers(analysis: dict[str, Any], state: journal.JournalState) -> list[dict[str, Any]]:
     """Business → hardware: the engine's verdict, and the responder's confirmation or override."""
     layers = analysis.get("layers") or {}
+    titles = {c["id"]: c.get("title") or c["id"] for c in analysis.get("checks") or []}
+    if state.check_verdicts and not titles:  # an injected analysis without its checks: the catalog's titles
+        from workbench.playbook import load_library
+
+        titles = {check.id: check.title for check in load_library()[0].values()}
     out = []
     for layer in LAYERS:
         info = layers.get(layer) or {}
@@ -445,6 +450,10 @@ def _layers(analysis: dict[str, Any], state: journal.JournalState) -> list[dict[
         out.append({"layer": layer, "title": LAYER_TITLES[layer], "verdict": final, "engine_verdict": engine,
                     "decided": decided, "overridden": bool(entry) and final != engine, "reason": reason,
                     "findings": findings,
+                    "reviews": [{"check": titles.get(check, check), "verdict": e.body.get("verdict"),
+                                 "author": e.author, "reason": e.body.get("reason", "")}
+                                for check, e in sorted(state.check_verdicts.items())
+                                if e.body.get("layer") == layer],
                     "history": [{"author": e.author, "at": e.at, "verdict": e.body.get("verdict")}
                                 for e in state.verdict_history.get(layer, [])]})
     return out

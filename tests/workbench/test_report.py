@@ -15,6 +15,7 @@ from tests.conftest import run_cli
 from tests.workbench.report_scenario import CAUSES, GENERATED_AT, HOSTILE, build_bundle
 from workbench import journal, report
 from workbench.bundle import Bundle
+from workbench.playbook import load_library
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("GPUWB_UPDATE_GOLDEN") == "1"
@@ -198,3 +199,18 @@ def test_cli_writes_each_format(scenario, tmp_path):
 def test_cli_reports_a_missing_bundle_in_one_line(tmp_path):
     code, _, err = run_cli("report", tmp_path / "nope.duckdb")
     assert code == 2 and err.count("\n") == 1
+
+
+def test_a_responder_s_check_verdict_is_in_its_layer_row(scenario):
+    path, analysis = scenario
+    check = next(c for c in load_library()[0].values() if c.layer == "hardware")
+    with Bundle.open(path, write=True) as bundle:
+        journal.set_check_verdict(bundle, "bob", check.id, "clear", "riser <b>reseated</b>")
+        model = report.build(bundle, analysis=analysis, causes=CAUSES, generated_at=GENERATED_AT)
+    hardware = next(row for row in model["layers"] if row["layer"] == "hardware")
+    assert hardware["reviews"] == [{"check": check.title, "verdict": "clear", "author": "bob",
+                                    "reason": "riser <b>reseated</b>"}]
+    assert all(not row["reviews"] for row in model["layers"] if row["layer"] != "hardware")
+    md, html = report.render(model, "md"), report.render(model, "html")
+    assert "clear by bob: riser \\<b\\>reseated\\</b\\>" in md
+    assert "clear by bob: riser &lt;b&gt;reseated&lt;/b&gt;" in html
