@@ -118,7 +118,9 @@ def test_forged_capture_metadata_fails_verify(tmp_path, key):
     _sealed(path)
     _forge(path, "UPDATE meta SET value = 'forged' WHERE key = ?", [key])
     code, out, _ = run_cli("verify", path)
-    assert code == 1 and "root digest mismatch" in out
+    assert code == 1
+    (mismatch,) = [line for line in out.splitlines() if line.startswith("root digest mismatch: sealed ")]
+    assert mismatch.endswith(" (artifacts or incident metadata changed after sealing)")
     assert "incident metadata altered: incident_id, title, created_at, captured_on, capture_started, since, " \
            "complete, merged_from changed after sealing" in out.splitlines()
 
@@ -130,8 +132,60 @@ def test_intact_bundle_verifies_and_the_seal_records_its_version(tmp_path):
     assert code == 0 and out.startswith("OK: 2 artifacts intact"), out
     with Bundle.open(path) as bundle:
         seal = bundle.last_seal()
-        assert seal["digest_version"] == DIGEST_VERSION == 2
-        assert seal["root_digest"] == bundle.root_digest()
+        assert seal["digest_version"] == DIGEST_VERSION == 2 and seal["artifacts"] == 2
+        assert seal["root_digest"] == bundle.root_digest() == _digest_v2(bundle)
+
+
+def _digest_v2(bundle: Bundle) -> str:
+    """The version-2 root digest as its contract says, computed here independently: seals written with it
+    must verify for as long as bundles are kept, so its spelling may never drift."""
+    def canonical(value) -> str:
+        return json.dumps(value, sort_keys=True, default=str)
+
+    def digest(value) -> str:
+        return hashlib.sha256(canonical(value).encode()).hexdigest()
+
+    con = bundle.con
+    items = {f"artifact:{r[0]}": digest(list(r)) for r in con.execute(
+        "SELECT sha256, size, collector, kind, host, source, captured_at, info FROM artifact").fetchall()}
+    grouped: dict[str, list[str]] = {}
+    aliases = con.execute("SELECT sha256, collector, kind, host, source, captured_at, info FROM artifact_alias")
+    for r in aliases.fetchall():
+        grouped.setdefault(f"alias:{r[0]}", []).append(canonical(list(r)))
+    for r in con.execute("SELECT * FROM capture_log").fetchall():
+        grouped.setdefault(f"capture_log:{r[0]}@{r[1] or '-'}", []).append(canonical(list(r)))
+    items.update({k: digest(sorted(v)) for k, v in grouped.items()})
+    keys = ("incident_id", "title", "created_at", "captured_on", "capture_started", "since", "complete", "merged_from")
+    items["meta"] = digest({k: v for k, v in con.execute("SELECT key, value FROM meta").fetchall() if k in keys})
+    return digest(items)
+
+
+def test_coverage_rows_without_a_host_are_named_with_a_dash(tmp_path):
+    path = tmp_path / "b.duckdb"
+    with Bundle.create(path) as bundle:
+        bundle.add_artifact(io.BytesIO(b"x"), kind="unknown", source="x")
+        bundle.record_capture("ipmi", host=None, status="denied", reason="not root")
+        bundle.seal()
+        assert bundle.root_digest() == _digest_v2(bundle)
+    _forge(path, "UPDATE capture_log SET status = 'ok'", [])
+    code, out, _ = run_cli("verify", path)
+    assert code == 1 and "capture log altered: coverage rows of ipmi@- changed after sealing" in out.splitlines()
+
+
+def test_a_multi_chunk_artifact_verifies_and_every_broken_artifact_is_named(tmp_path):
+    path = tmp_path / "b.duckdb"
+    big = b"".join(b"[%10.6f] NVRM: Xid (PCI:0000:19:00): 13, pid=%d\n" % (i / 7, i) for i in range(200_000))
+    with Bundle.create(path) as bundle:
+        shas = [bundle.add_artifact(io.BytesIO(big + tag), kind="kernel_log", source=tag.decode())[0]
+                for tag in (b"a", b"b")]
+        bundle.seal()
+        assert bundle.con.execute("SELECT count(*) FROM artifact_chunk").fetchall()[0][0] > 2
+        assert bundle.verify() == []
+    _forge(path, "UPDATE artifact_chunk SET data = 'garbage' WHERE seq = 0 AND codec = 'zstd'", [])
+    with Bundle.open(path) as bundle:
+        problems = bundle.verify()
+    for sha in shas:
+        assert any(p.startswith(f"artifact altered: {sha}") and "no longer expands" in p for p in problems), problems
 
 
 def test_journal_and_parse_stats_are_not_provenance(tmp_path):
@@ -227,7 +281,9 @@ def test_unsealed_bundle_is_reported(tmp_path):
     with Bundle.create(path) as bundle:
         bundle.add_artifact(io.BytesIO(b"x"), kind="unknown", source="x")
     code, out, _ = run_cli("verify", path)
-    assert code == 1 and "never sealed" in out
+    assert code == 1 and out.splitlines()[0] == "bundle was never sealed"
+    with Bundle.open(path) as bundle:
+        assert bundle.root_digest() == _digest_v2(bundle)
 
 
 # -- bundles sealed before the seal covered captured_at -------------------------------------------
