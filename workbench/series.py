@@ -106,17 +106,6 @@ def quantile_rows(q: float, les: np.ndarray, counts: np.ndarray, *, allow_trunca
     return np.where(total <= 0, math.nan, out)
 
 
-def bucket_deltas(previous: dict[float, float] | None, current: dict[float, float]) -> tuple[dict[float, float], bool]:
-    """Observations between two scrapes of one histogram: (per-bucket deltas, reset). Any bucket
-    that went down means the server restarted, so the new cumulative counts are the delta."""
-    if previous is None:
-        return dict(current), False
-    reset = any(current.get(le, 0.0) < count for le, count in previous.items() if le in current)
-    if reset:
-        return dict(current), True
-    return {le: count - previous.get(le, 0.0) for le, count in current.items()}, False
-
-
 @dataclass
 class IntervalQuantiles:
     """Quantiles of the observations made between the previous scrape and ``ts``."""
@@ -139,9 +128,11 @@ class _Intervals:
 
 def _interval_rows(les: np.ndarray, counts: np.ndarray, first: np.ndarray, qs: Sequence[float], *,
                    allow_truncated: bool, include_first: bool) -> _Intervals:
-    """:func:`bucket_deltas` and quantiles for stacked scrapes: ``counts`` holds one scrape per row
-    (NaN where a scrape lacks a bucket), several histograms one after another, each sorted by
-    time; ``first`` marks the first scrape of each histogram."""
+    """Observations between successive scrapes, and their quantiles, for stacked scrapes: ``counts``
+    holds one scrape per row (NaN where a scrape lacks a bucket), several histograms one after
+    another, each sorted by time; ``first`` marks the first scrape of each histogram. A bucket that
+    went down means the server restarted, so the new cumulative counts are the interval's; a bucket
+    the previous scrape lacked counts from zero."""
     import numpy as np
 
     previous = np.vstack([np.full((1, counts.shape[1]), math.nan), counts[:-1]])
