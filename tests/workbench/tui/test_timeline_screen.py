@@ -74,3 +74,20 @@ async def test_a_bad_filter_is_said_in_one_line_and_changes_nothing(incident):
         await pilot.pause()
         assert screen.match_count == before and screen.flt == EventFilter()
         assert any("not a layer" in str(n.message) for n in app._notifications)
+
+
+async def test_scrolling_past_the_window_keeps_the_row_numbers_right(incident):
+    app = Cockpit(SharedBundle(incident.path, "tester"), analysis=incident.analysis)
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = await _open_timeline(pilot, app)
+        with Bundle.open(incident.path) as bundle:
+            ordered = [r["id"] for r in query.iter_events(bundle)]
+        table = screen.query_one("#events", DataTable)
+        for _ in range(8):  # walk down through several windows, one edge at a time
+            table.move_cursor(row=len(screen.window_rows) - 1)
+            await pilot.pause()
+            row = screen.selected()
+            assert ordered[screen.window_start + table.cursor_row] == row["id"]
+        await pilot.press("home")
+        await pilot.pause()
+        assert screen.window_start == 0 and screen.selected()["id"] == ordered[0]

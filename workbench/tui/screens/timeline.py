@@ -24,8 +24,8 @@ from workbench.timeline_filter import describe, parse_filter
 from workbench.tui.screens.base import CockpitScreen, Spec
 from workbench.tui.text import clip, severity_style
 
-WINDOW_BEFORE = 60
-WINDOW_AFTER = 140
+WINDOW_BEFORE = 40
+WINDOW_AFTER = 100
 EDGE = 3
 MESSAGE_WIDTH = 200
 """Fixed, so the table never measures every row to size the column."""
@@ -43,8 +43,8 @@ class TimelineScreen(CockpitScreen):
         Binding("a", "first_anomaly", "first anomaly"),
         Binding("x", "clear", "clear filters"),
         Binding("n", "note", "note"),
-        Binding("home", "start", "start", show=False),
-        Binding("end", "end", "end", show=False),
+        Binding("home", "start", "start", show=False, priority=True),  # the timeline's start, not the window's
+        Binding("end", "end", "end", show=False, priority=True),
     ]
 
     def __init__(self) -> None:
@@ -84,8 +84,9 @@ class TimelineScreen(CockpitScreen):
         self._paint_filters()
 
     # -- loading --------------------------------------------------------------------------------
-    def load_window(self, anchor: Cursor | None, *, at_end: bool = False) -> None:
-        """Fill the table with the rows around ``anchor`` (None: the start) and put the cursor on it."""
+    def load_window(self, anchor: Cursor | None, *, at_end: bool = False, anchor_position: int | None = None) -> None:
+        """Fill the table with the rows around ``anchor`` (None: the start) and put the cursor on it.
+        ``anchor_position`` (the anchor's row number, known when scrolling) saves counting again."""
         with self.store.read() as bundle:
             if at_end:
                 pg = query.page(bundle, self.flt, last=True, limit=WINDOW_BEFORE + WINDOW_AFTER)
@@ -101,7 +102,12 @@ class TimelineScreen(CockpitScreen):
                 target = len(back.rows) if ahead.rows else max(0, len(rows) - 1)
             if self._counted != self.flt:  # the count changes with the filter, not with scrolling
                 self.match_count, self._counted = query.count_events(bundle, self.flt), self.flt
-            self.window_start = query.position(bundle, self.flt, rows[0]["cursor"]) if rows else 0
+            if anchor_position is not None and anchor is not None and not at_end:
+                self.window_start = anchor_position - target
+            elif anchor is None and not at_end:
+                self.window_start = 0
+            else:
+                self.window_start = query.position(bundle, self.flt, rows[0]["cursor"]) if rows else 0
         self.window_rows, self.more_before, self.more_after = rows, head_more, tail_more
         self._fill(target)
 
@@ -126,7 +132,7 @@ class TimelineScreen(CockpitScreen):
         if stale:
             return  # queued before the window was refilled, or passed over on the way to the target row
         if row >= len(self.window_rows) - EDGE and self.more_after or row < EDGE and self.more_before:
-            self.load_window(self.window_rows[row]["cursor"])
+            self.load_window(self.window_rows[row]["cursor"], anchor_position=self.window_start + row)
         else:
             self._paint_status()
 
@@ -227,9 +233,17 @@ class TimelineScreen(CockpitScreen):
         self.load_window(query.cursor_at(first.ts))
 
     def action_start(self) -> None:
+        box = self.query_one("#search", Input)
+        if box.has_focus:  # home/end are bound with priority: in the filter box they still move the caret
+            box.action_home()
+            return
         self.load_window(None)
 
     def action_end(self) -> None:
+        box = self.query_one("#search", Input)
+        if box.has_focus:
+            box.action_end()
+            return
         self.load_window(None, at_end=True)
 
     def action_note(self) -> None:
