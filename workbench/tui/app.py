@@ -125,6 +125,15 @@ class Cockpit(App):
             self._history.append(self.current_mode)
             self.switch_mode(name)
 
+    def _run_on(self, name: str, action: str) -> None:
+        """Switch to a screen, then run one of its actions once it is shown."""
+        self.action_show(name)
+
+        async def run() -> None:
+            await self.run_action(action, self.screen)
+
+        self.set_timer(0.05, run)
+
     def open_evidence(self, artifact: str, line: int | None) -> None:
         """Show an artifact's raw text at ``line`` (Esc comes back)."""
         self.evidence_target = (artifact, line)
@@ -150,7 +159,8 @@ class Cockpit(App):
             self.switch_mode(self.specs[0].name)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        """Every action of the cockpit in the command palette: the screens, then the screen's own."""
+        """Every action of the cockpit in the command palette: the screens, this screen's own actions,
+        then every other screen's, which switch to that screen first."""
         for spec in self.specs:
             yield SystemCommand(f"Go to {spec.title}", f"switch to the {spec.title} screen ({spec.key})",
                                 lambda name=spec.name: self.action_show(name))
@@ -159,6 +169,14 @@ class Cockpit(App):
             if b.description and binding.node is screen:
                 yield SystemCommand(b.description.capitalize(), f"key {b.key_display or b.key}",
                                     lambda action=b.action: self.run_action(action, screen))
+        for spec in self.specs:
+            if spec.name == self.current_mode:
+                continue
+            for b in getattr(spec.factory, "BINDINGS", ()):
+                if isinstance(b, Binding) and b.description and b.show:
+                    yield SystemCommand(f"{spec.title}: {b.description}", f"on the {spec.title} screen, key "
+                                        f"{b.key_display or b.key}",
+                                        lambda name=spec.name, action=b.action: self._run_on(name, action))
         yield SystemCommand("Light theme", "switch to the light theme", lambda: setattr(self, "theme", "textual-light"))
         yield SystemCommand("Dark theme", "switch to the dark theme", lambda: setattr(self, "theme", "textual-dark"))
         yield SystemCommand("Quit", "leave the cockpit (q)", self.exit)

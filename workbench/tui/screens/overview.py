@@ -85,6 +85,8 @@ class OverviewScreen(CockpitScreen):
                 for c in coverage if c.get("status") not in ("ok", "collected")]
         gaps += [f"{', '.join(hosts[:4])}{'…' if len(hosts) > 4 else ''}: no {source} evidence"
                  for source, hosts in missing.items()]
+        if not coverage:
+            gaps.insert(0, "handed-over files, no capture record: what was not collected is unknown")
         self._gaps = gaps
 
     # -- the rest, when the analysis arrives ----------------------------------------------------
@@ -138,22 +140,34 @@ class OverviewScreen(CockpitScreen):
         self.query_one("#head", Static).update(Text("\n").join([line1, Text(" · ".join(parts))]))
 
     def _paint_layers(self, analysis: Analysis, model: dict[str, Any] | None = None) -> None:
+        """All five layers always show: the long form when it fits the panel, else the short one."""
+        self._layer_inputs = (analysis, model)
+        room = self.query_one("#layers").content_size.width or self.size.width - 4
+        strip = self._layer_strip(analysis, model, short=False)
+        if strip.cell_len > room:
+            strip = self._layer_strip(analysis, model, short=True)
+        self.query_one("#layers", Static).update(strip)
+
+    def _layer_strip(self, analysis: Analysis, model: dict[str, Any] | None, *, short: bool) -> Text:
         decided = {row["layer"]: row for row in (model or {}).get("layers") or []}
-        narrow = self.size.width < 120
         strip = Text()
         focus = _focus_layer(analysis)
         for n, layer in enumerate(LAYERS, start=1):
             verdict = decided.get(layer, {}).get("verdict") or analysis.layer_verdicts.get(layer, "no_evidence")
-            name = SHORT_LAYER[layer] if narrow else f"{n} {LAYER_TITLES[layer]}"
-            word = VERDICT_MARKS[verdict] if narrow else f"{VERDICT_MARKS[verdict]} {verdict.replace('_', ' ')}"
+            name = SHORT_LAYER[layer] if short else f"{n} {LAYER_TITLES[layer]}"
+            word = VERDICT_MARKS[verdict] if short else f"{VERDICT_MARKS[verdict]} {verdict.replace('_', ' ')}"
             strip.append(f"{name} ", "bold" if layer == focus else "")
             strip.append(word, verdict_style(verdict))
-            if decided.get(layer, {}).get("overridden"):
-                strip.append(" (by " + str(decided[layer].get("by") or "responder") + ")", "italic")
+            if decided.get(layer, {}).get("overridden") and not short:
+                strip.append(f" ({decided[layer].get('decided') or 'overridden'})", "italic")
             if layer == focus:
                 strip.append(" ◀", "bold")
-            strip.append("   ")
-        self.query_one("#layers", Static).update(strip)
+            strip.append("   " if not short else "  ")
+        return strip
+
+    def on_resize(self) -> None:
+        if getattr(self, "_layer_inputs", None):
+            self._paint_layers(*self._layer_inputs)
 
     def _paint_hypotheses(self, analysis: Analysis) -> None:
         table = self.query_one("#hypotheses", DataTable)
