@@ -29,6 +29,10 @@ WINDOW_AFTER = 100
 EDGE = 3
 MESSAGE_WIDTH = 200
 """Fixed, so the table never measures every row to size the column."""
+WIDE_COLUMNS = (("time", 19), ("host", 16), ("source", 10), ("layer", 10), ("kind", 18), ("message", MESSAGE_WIDTH))
+NARROW_COLUMNS = (("time", 19), ("host", 10), ("kind", 12), ("message", MESSAGE_WIDTH))
+"""Below 120 columns the message must still show: source and layer give way (the status line names
+the source; ``layer:`` filters still work)."""
 ERRORS = ("error", "critical")
 
 
@@ -70,12 +74,9 @@ class TimelineScreen(CockpitScreen):
 
     def on_mount(self) -> None:
         table = self.query_one("#events", DataTable)
-        table.add_column("time", width=20, key="time")
-        table.add_column("host", width=10, key="host")
-        table.add_column("source", width=10, key="source")
-        table.add_column("layer", width=10, key="layer")
-        table.add_column("kind", width=18, key="kind")
-        table.add_column("message", width=MESSAGE_WIDTH, key="message")
+        self.columns = WIDE_COLUMNS if self.app.size.width >= 120 else NARROW_COLUMNS
+        for key, width in self.columns:
+            table.add_column(key, width=width, key=key)
         self.load_window(None)
         super().on_mount()
         table.focus()
@@ -117,7 +118,8 @@ class TimelineScreen(CockpitScreen):
         table.clear()
         self._generation += 1
         for n, row in enumerate(self.window_rows):
-            table.add_row(*_cells(row), key=f"{self._generation}:{n}")
+            cells = _cells(row)
+            table.add_row(*(cells[key] for key, _ in self.columns), key=f"{self._generation}:{n}")
         if self.window_rows:
             table.move_cursor(row=min(target, len(self.window_rows) - 1), animate=False)
         self._loading = False
@@ -264,14 +266,18 @@ class TimelineScreen(CockpitScreen):
         self.app.push_screen(NoteDialog(pinned), write)
 
 
-def _cells(row: dict[str, Any]) -> tuple[Text | str, ...]:
+def _cells(row: dict[str, Any]) -> dict[str, Text | str]:
     ts = row["ts"]
     when = ts.strftime("%m-%d %H:%M:%S.%f")[:-3] if ts else "undated"
     if row["ts_approx"]:
         when = "~" + when
     style = severity_style(row["severity"])
-    return (when, clip(row["host"] or "-", 10), clip(row["source"] or "-", 10), clip(row["layer"] or "-", 10),
-            Text(clip(row["kind"], 18), style), Text(clip(row["message"], MESSAGE_WIDTH), style))
+    where = row["host"] or "-"
+    if row["rank"] is not None:
+        where += f" r{row['rank']}"
+    return {"time": when, "host": clip(where, 16), "source": clip(row["source"] or "-", 10),
+            "layer": clip(row["layer"] or "-", 10), "kind": Text(clip(row["kind"], 18), style),
+            "message": Text(clip(row["message"], MESSAGE_WIDTH), style)}
 
 
 SCREEN = Spec(name="timeline", key="t", title="Timeline", order=10, factory=TimelineScreen)
