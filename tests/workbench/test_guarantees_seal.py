@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import run_cli
 from workbench import schema
-from workbench.bundle import DIGEST_VERSION, Bundle
+from workbench.bundle import DIGEST_VERSION, Bundle, BundleError
 
 DMESG = b"[  12.5] NVRM: Xid (PCI:0000:19:00): 79, pid=1, GPU has fallen off the bus.\n"
 OTHER = b"Mar 14 10:00:01 node01 kernel: something else\n"
@@ -133,6 +133,7 @@ def test_intact_bundle_verifies_and_the_seal_records_its_version(tmp_path):
     with Bundle.open(path) as bundle:
         seal = bundle.last_seal()
         assert seal["digest_version"] == DIGEST_VERSION == 2 and seal["artifacts"] == 2
+        assert isinstance(seal["sealed_at"], datetime) and seal["complete"] is True
         assert seal["root_digest"] == bundle.root_digest() == _digest_v2(bundle)
 
 
@@ -181,6 +182,10 @@ def test_a_multi_chunk_artifact_verifies_and_every_broken_artifact_is_named(tmp_
         bundle.seal()
         assert bundle.con.execute("SELECT count(*) FROM artifact_chunk").fetchall()[0][0] > 2
         assert bundle.verify() == []
+        blocks = list(bundle.artifact_bytes(shas[0]))
+        assert all(type(b) is bytes for b in blocks) and b"".join(blocks) == big + b"a"
+        with pytest.raises(BundleError, match="no artifact 0123"):
+            list(bundle.artifact_bytes("0123"))
     _forge(path, "UPDATE artifact_chunk SET data = 'garbage' WHERE seq = 0 AND codec = 'zstd'", [])
     with Bundle.open(path) as bundle:
         problems = bundle.verify()
@@ -269,11 +274,12 @@ def test_an_alias_keeps_the_provenance_it_was_given(tmp_path):
     with Bundle.open(path, write=True) as bundle:
         bundle.add_alias(sha, kind="kernel_log", source="dmesg", host="node03",
                          captured_at=datetime(2026, 3, 14, 10, 5), info={"argv": ["dmesg", "-T"]})
-        bundle.add_alias(sha, kind="kernel_log", source="dmesg", host="node04")
+        bundle.add_alias(sha, kind="kernel_log", source="dmesg", host="node04",
+                         info={"mtime": datetime(2026, 3, 14, 9, 0)})
         rows = dict((host, (at, json.loads(info))) for host, at, info in bundle.con.execute(
             "SELECT host, captured_at, info FROM artifact_alias").fetchall())
     assert rows["node03"] == (datetime(2026, 3, 14, 10, 5), {"argv": ["dmesg", "-T"]})
-    assert rows["node04"][0] is not None and rows["node04"][1] == {}
+    assert rows["node04"][0] is not None and rows["node04"][1] == {"mtime": "2026-03-14 09:00:00"}
 
 
 def test_unsealed_bundle_is_reported(tmp_path):
