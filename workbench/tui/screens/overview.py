@@ -137,7 +137,14 @@ class OverviewScreen(CockpitScreen):
         inference = impact.get("inference") or {}
         if inference.get("slo_breach"):
             parts.append(str(inference["slo_breach"]))
-        self.query_one("#head", Static).update(Text("\n").join([line1, Text(" · ".join(parts))]))
+        line2 = Text(" · ".join(parts))
+        room = self.query_one("#head").content_size.width or self.size.width
+        if line1.cell_len > room:  # the title keeps line 1; impact, then the counts, on line 2
+            line1 = Text.assemble(("gpuwb · ", "bold"), (header.get("title") or self._title, "bold"))
+            line2 = Text(" · ".join(parts) + " · " + right)
+        for line in (line1, line2):
+            line.no_wrap, line.overflow = True, "ellipsis"
+        self.query_one("#head", Static).update(Text("\n").join([line1, line2]))
 
     def _paint_layers(self, analysis: Analysis, model: dict[str, Any] | None = None) -> None:
         """All five layers always show: the long form when it fits the panel, else the short one."""
@@ -177,7 +184,8 @@ class OverviewScreen(CockpitScreen):
         for h in analysis.hypotheses:
             mark = "▶ " if h.rank == 1 else "  "
             table.add_row(Text(f"{mark}{h.score:.2f}", "bold" if h.rank == 1 else ""),
-                          Text(f"{h.layer}/{h.cause}", "bold" if h.rank == 1 else ""), h.where,
+                          Text(f"{h.cause} ({SHORT_LAYER.get(h.layer, h.layer)})", "bold" if h.rank == 1 else ""),
+                          h.where,
                           short_time(h.first_seen), key=str(h.rank))
         self._show_evidence(analysis.top)
 
@@ -236,7 +244,7 @@ class OverviewScreen(CockpitScreen):
         for step in analysis.stage0[:4]:
             mark, style = marks.get(step.status or "todo", ("☐", ""))
             out.append(f"stage 0  {mark} ", style)
-            out.append(clip(step.title, 60) + "\n")
+            out.append(clip(step.title, max(20, (self.query_one("#next").content_size.width or 72) - 12)) + "\n")
         focus = _focus_layer(analysis)
         if focus:
             out.append(f"layer {LAYERS.index(focus) + 1}  ▶ {LAYER_TITLES[focus]}: ", "bold")
