@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from typing import Any
 
 from collectors.base import (
@@ -86,13 +87,10 @@ def split_prefix(text: str) -> tuple[Prefix, str]:
             pre.style, pre.raw, pre.mono = "mono", m.group(1), float(m.group(1))
             return pre, text[m.end():]
         if (m := _CTIME.match(text)) and m.group("mon").lower() in MONTHS:
-            try:
-                when = datetime.strptime(f"{m.group('year')} {m.group('mon')} {m.group('day')} {m.group('clock')}",
-                                         "%Y %b %d %H:%M:%S")
-            except ValueError:
+            when = _ctime(m.group("year"), m.group("mon"), m.group("day"), m.group("clock"))
+            if when is None:
                 return pre, text
-            pre.style, pre.raw, pre.when = "ctime", text[1:m.end()].rstrip().rstrip("]"), when.replace(
-                tzinfo=timezone.utc)
+            pre.style, pre.raw, pre.when = "ctime", text[1:m.end()].rstrip().rstrip("]"), when
             return pre, text[m.end():]
         return pre, text
     if first.isdigit():
@@ -120,6 +118,16 @@ def split_prefix(text: str) -> tuple[Prefix, str]:
         pre.ident = "kernel"
         return pre, _strip_inner_stamp(pre, text[8:])
     return pre, text
+
+
+@lru_cache(maxsize=4096)
+def _ctime(year: str, mon: str, day: str, clock: str) -> datetime | None:
+    """A dmesg -T time as UTC, parsed once per distinct second: a busy log repeats each second many times
+    and strptime costs more than the rest of the line's prefix."""
+    try:
+        return datetime.strptime(f"{year} {mon} {day} {clock}", "%Y %b %d %H:%M:%S").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
 
 
 def _ident(pre: Prefix, rest: str) -> str:
@@ -288,6 +296,8 @@ _STORAGE_TRACE = ("nfs", "rpc_", "io_schedule", "ext4", "xfs", "jbd2", "lustre",
 _GPU_TRACE = ("[nvidia", "nvidia_", "nv_", "_nv0", "uvm_")
 
 NVLINK5 = range(144, 151)
+CONTAINER_INTERFACES = ("veth", "cni", "docker", "flannel", "cali", "lxc")
+"""Name prefixes of interfaces that are container plumbing: their link changes make no events."""
 
 
 def _recovery_severity(action: str) -> str:
@@ -708,46 +718,52 @@ class Classifier:
             yield self._event(rec, "io_error", "network_storage", "error", device=m.group("dev"))
 
     def _network(self, rec: Record) -> Iterator[Row]:
+        """Each pattern is tried only when a literal it cannot match without is in the line: most
+        lines that reach here (mlx5 firmware tracer, interfaces becoming ready) match none of them."""
         msg = rec.message
-        if m := _MLX_LINK.search(msg):
+        if ": Link " in msg and (m := _MLX_LINK.search(msg)):
             up = m.group("st") == "up"
-            yield self._link(rec, up, device=m.group("ifc"), port=m.group("ifc"), pci=normalize_pci(m.group("pci")),
-                             driver=m.group("drv"))
-        elif m := _NIC_LINK.search(msg):
+            yield from self._link(rec, up, device=m.group("ifc"), port=m.group("ifc"),
+                                  pci=normalize_pci(m.group("pci")), driver=m.group("drv"))
+        elif "NIC Link is " in msg and (m := _NIC_LINK.search(msg)):
             up = m.group("st") == "Up"
             speed = re.search(r"(\d+ [GM]bps)", m.group("rest") or "")
-            yield self._link(rec, up, device=m.group("ifc"), port=m.group("ifc"), driver=m.group("drv"),
-                             pci=normalize_pci(m.group("pci")), speed=speed.group(1) if speed else None)
-        elif m := _ADDRCONF.search(msg):
-            yield self._link(rec, m.group("st") == "becomes ready", device=m.group("ifc"), port=m.group("ifc"))
-        elif m := _BOND.search(msg):
+            yield from self._link(rec, up, device=m.group("ifc"), port=m.group("ifc"), driver=m.group("drv"),
+                                  pci=normalize_pci(m.group("pci")), speed=speed.group(1) if speed else None)
+        elif "ADDRCONF(NETDEV_" in msg and (m := _ADDRCONF.search(msg)):
+            yield from self._link(rec, m.group("st") == "becomes ready", device=m.group("ifc"), port=m.group("ifc"))
+        elif "link status definitely " in msg and (m := _BOND.search(msg)):
             port = m.group("slave") or m.group("ifc")
-            yield self._link(rec, m.group("st") == "up", device=m.group("bond"), port=port)
-        elif m := _BOND_RELEASE.search(msg):
-            yield self._link(rec, False, device=m.group("bond"), port=m.group("ifc"), reason="released",
-                             role=m.group("role"))
-        elif m := _BOND_NONE.search(msg):
-            yield self._link(rec, False, device=m.group("bond"), port=None, reason="no active interface")
-        elif m := _IB_PORT.search(msg):
-            yield self._link(rec, m.group("st") == "active", device=m.group("dev"), port=m.group("dev"))
-        elif m := _MODULE.search(msg):
+            yield from self._link(rec, m.group("st") == "up", device=m.group("bond"), port=port)
+        elif ": Releasing " in msg and (m := _BOND_RELEASE.search(msg)):
+            yield from self._link(rec, False, device=m.group("bond"), port=m.group("ifc"), reason="released",
+                                  role=m.group("role"))
+        elif "without any active interface" in msg and (m := _BOND_NONE.search(msg)):
+            yield from self._link(rec, False, device=m.group("bond"), port=None, reason="no active interface")
+        elif "infiniband " in msg and (m := _IB_PORT.search(msg)):
+            yield from self._link(rec, m.group("st") == "active", device=m.group("dev"), port=m.group("dev"))
+        elif ": Port module event" in msg and (m := _MODULE.search(msg)):
             status = m.group("status").strip()
             bad = not re.match(r"Cable plugged", status)
             yield self._event(rec, "port_module_event", "network_storage", "warning" if bad else "info",
                               device=normalize_pci(m.group("pci")), driver=m.group("drv"),
                               module=int(m.group("module")), status=status, detail=m.group("detail"))
-        elif m := _WATCHDOG.search(msg):
+        elif "NETDEV WATCHDOG: " in msg and (m := _WATCHDOG.search(msg)):
             yield self._event(rec, "nic_tx_timeout", "network_storage", "error", device=m.group("ifc"),
                               driver=m.group("drv"), queue=int(m.group("queue")))
-        elif (m := _RDMA_ERR.search(msg)) and _ERRORISH.search(m.group("rest")):
+        elif _ERRORISH.search(msg) and (m := _RDMA_ERR.search(msg)) and _ERRORISH.search(m.group("rest")):
             who = m.group("who")
             device = who.split()[-1] if who.startswith("infiniband") else who.split()[0]
             yield self._event(rec, "rdma_error", "network_storage", "error", device=device,
                               pci=normalize_pci(m.group("pci")))
 
-    def _link(self, rec: Record, up: bool, **attrs: Any) -> Event:
-        return self._event(rec, "link_up" if up else "link_down", "network_storage", "info" if up else "warning",
-                           **attrs)
+    def _link(self, rec: Record, up: bool, **attrs: Any) -> Iterator[Row]:
+        """A link event, except for container plumbing (veth pairs, CNI and Docker bridges): a Kubernetes
+        node makes thousands a day as pods come and go, and nobody diagnoses them."""
+        if (attrs.get("device") or "").startswith(CONTAINER_INTERFACES):
+            return
+        yield self._event(rec, "link_up" if up else "link_down", "network_storage", "info" if up else "warning",
+                          **attrs)
 
     # -- processes, modules, boots ---------------------------------------------------------------
     def _segfault(self, rec: Record) -> Iterator[Row]:
