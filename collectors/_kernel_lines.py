@@ -122,11 +122,12 @@ def split_prefix(text: str) -> tuple[Prefix, str]:
 
 @lru_cache(maxsize=4096)
 def _ctime(year: str, mon: str, day: str, clock: str) -> datetime | None:
-    """A dmesg -T time as UTC, parsed once per distinct second: a busy log repeats each second many times
-    and strptime costs more than the rest of the line's prefix."""
+    """A dmesg -T time as UTC, built once per distinct second (a busy log repeats each second) from the
+    numbers themselves: strptime costs more than the rest of the line's prefix and depends on the locale."""
     try:
-        return datetime.strptime(f"{year} {mon} {day} {clock}", "%Y %b %d %H:%M:%S").replace(tzinfo=timezone.utc)
-    except ValueError:
+        return datetime(int(year), MONTHS[mon.lower()], int(day), int(clock[:2]), int(clock[3:5]), int(clock[6:]),
+                        tzinfo=timezone.utc)
+    except (KeyError, ValueError):
         return None
 
 
@@ -232,9 +233,14 @@ _ERRORISH = re.compile(r"error|fail|timeout|timed out|halt|exception|fault|falle
 _SXID = re.compile(rf"(?P<dev>[\w-]*nvswitch\d*): SXid \(PCI:(?P<pci>{PCI})\):\s*(?P<sxid>\d+),?\s*(?P<rest>.*)")
 _AER_RECEIVED = re.compile(rf"(?P<dev>{PCI}): AER: (?:Multiple )?(?P<sev>Corrected|Uncorrected \((?:Non-Fatal|Fatal)\)|"
                            rf"Uncorrected|Uncorrectable) error (?:message )?received:?\s*(?:from |id=)?(?P<src>\S+)?")
-_AER_BUS = re.compile(rf"(?:(?P<dev>{PCI}): )?(?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]+), "
+_AER_BUS = re.compile(rf"(?:(?P<driver>[\w-]+) )?(?:(?P<dev>{PCI}): )?(?:AER: )?PCIe Bus Error: "
+                      r"severity=(?P<sev>[^,]+), "
                       r"type=(?P<type>[^,]+)(?:, (?:id=(?P<id>[0-9a-fA-F]+))?\(?(?P<agent>[\w ]+ ID)?\)?)?")
 _DPC = re.compile(rf"(?P<dev>{PCI}): DPC: containment event")
+_AER_DETAIL = re.compile(rf"(?P<dev>{PCI}):\s+(?:device \[(?P<id>[0-9a-fA-F]{{4}}:[0-9a-fA-F]{{4}})\] error "
+                         r"status/mask=(?P<status>[0-9a-fA-F]+)/(?P<mask>[0-9a-fA-F]+)|\[\s*\d+\]\s+(?P<name>\S+))")
+"""The lines under a ``PCIe Bus Error`` header: the status register, then one line per error bit."""
+_XID_PCI = re.compile(rf"NVRM: Xid \(PCI:(?P<pci>{PCI})")
 _PCIEHP = re.compile(rf"(?P<dev>{PCI}): pciehp: Slot\((?P<slot>[^)]*)\): Link (?P<st>Up|Down)")
 _BANDWIDTH = re.compile(rf"(?P<dev>{PCI}): (?P<gbps>[\d.]+) Gb/s available PCIe bandwidth(?P<limited>, limited by "
                         rf"(?P<speed>[\d.]+ GT/s) PCIe (?P<width>x\d+) link at (?P<at>{PCI}) \(capable of "
@@ -340,6 +346,7 @@ class Classifier:
         self.oom_info: dict[str, Any] = {}
         self.oom_invoker: str | None = None
         self.aer_source: dict[str, str] = {}
+        self.xid_gpus: set[str] = set()
         self.ghes: dict[str, Any] = {}
         self.last_xid: tuple[str | None, int] | None = None
         self.kernel_seen = False
@@ -513,6 +520,8 @@ class Classifier:
         attrs.update(name=info.name, meaning=info.meaning, action=info.action, follower=info.follower,
                      causes=list(info.causes))
         self.last_xid = (pci, rec.line)
+        if pci:
+            self.xid_gpus.add(pci)
         yield self._event(rec, "xid", info.layer, severity, gpu=pci, **attrs)
         if "gpu_fell_off_bus" in info.causes and pci and self._new_fall(pci, rec.line):
             yield self._event(rec, "gpu_fell_off_bus", "hardware", "critical", gpu=pci, pci=pci, xid=xid,
@@ -549,9 +558,9 @@ class Classifier:
             dev = normalize_pci(m.group("dev"))
             severity = _aer_severity(m.group("sev"))
             level = {"corrected": "warning", "uncorrected_nonfatal": "error"}.get(severity, "critical")
-            yield self._event(rec, "pcie_aer", "hardware", level, gpu=self._gpu_of(dev), severity=severity,
-                              device=dev, type=m.group("type").strip(), agent=m.group("agent"),
-                              source=self.aer_source.pop(dev or "", None) or None)
+            yield self._event(rec, "pcie_aer", "hardware", level, gpu=self._aer_gpu(rec, dev, m.group("driver")),
+                              severity=severity, device=dev, type=m.group("type").strip(), agent=m.group("agent"),
+                              source=self.aer_source.pop(dev or "", None) or None, **self._aer_detail(rec, dev))
             return
         if m := _DPC.search(msg):
             dev = normalize_pci(m.group("dev"))
@@ -577,7 +586,34 @@ class Classifier:
                                   speed=m.group("speed2"), width=m.group("width2"))
 
     def _gpu_of(self, dev: str | None) -> str | None:
-        return dev if dev and dev in self.uuid_by_pci else None
+        return dev if dev and (dev in self.uuid_by_pci or dev in self.xid_gpus) else None
+
+    def _aer_gpu(self, rec: Record, dev: str | None, driver: str | None) -> str | None:
+        """The GPU an AER header is about: its driver is nvidia, or an Xid names the address (before the
+        header, or in the text right after it, where the driver's reaction to the error usually is)."""
+        if not dev:
+            return None
+        if driver == "nvidia" or self._gpu_of(dev):
+            return dev
+        later = {normalize_pci(m.group("pci")) for m in _XID_PCI.finditer(rec.following())}
+        return dev if dev in later else None
+
+    @staticmethod
+    def _aer_detail(rec: Record, dev: str | None) -> dict[str, Any]:
+        """The status register and error bits the kernel prints under a header, as the header's attrs;
+        the detail lines themselves make no events, so one AER report is one event."""
+        detail: dict[str, Any] = {}
+        names: list[str] = []
+        for line in rec.following().splitlines():
+            m = _AER_DETAIL.search(line)
+            if not m or normalize_pci(m.group("dev")) != dev:
+                break
+            if m.group("name"):
+                names.append(m.group("name"))
+            else:
+                detail.update(pci_id=m.group("id").lower(), error_status=m.group("status"),
+                              error_mask=m.group("mask"))
+        return dict(detail, bits=names or None)
 
     def _hardware_error(self, rec: Record) -> Iterator[Row]:
         """Machine checks and firmware-first (GHES) reports, whose PCIe errors are AER in disguise."""
@@ -778,7 +814,7 @@ class Classifier:
 
     def _nvidia_module(self, rec: Record) -> Iterator[Row]:
         m = _NV_MODULE.search(rec.message)
-        if not m or not _ERRORISH.search(m.group("rest")):
+        if not m or not _ERRORISH.search(m.group("rest")) or _AER_DETAIL.search(rec.message):
             return
         func = _NV_FUNC.match(m.group("rest"))
         module = m.group("mod")
