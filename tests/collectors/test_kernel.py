@@ -627,3 +627,39 @@ def test_host_fact_for_kernel_version():
     rows = _parse(b"[    0.000000] Linux version 6.8.0-101-generic (buildd@lcy02) (gcc 13)\n", "dmesg")
     assert HostFact("kernel", "6.8.0-101-generic", host=None) in rows
     assert [r.kind for r in rows if isinstance(r, Event)] == ["boot"]
+
+
+AER_REPORTS = (
+    b"[  100.000000] pcieport 0000:00:01.1: AER: Uncorrected (Non-Fatal) error received: 0000:00:01.1\n"
+    b"[  100.000001] pcieport 0000:00:01.1: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction Layer, "
+    b"(Requester ID)\n"
+    b"[  100.000002] pcieport 0000:00:01.1:   device [8086:2030] error status/mask=00004000/00000000\n"
+    b"[  100.000003] pcieport 0000:00:01.1:    [14] CmplTO                 (First)\n"
+    b"[  101.000000] pcieport 0000:5c:00.0: AER: Uncorrected (Non-Fatal) error received: 0000:5d:00.0\n"
+    b"[  101.000001] nvidia 0000:5d:00.0: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction Layer, "
+    b"(Requester ID)\n"
+    b"[  101.000002] nvidia 0000:5d:00.0:   device [10de:2330] error status/mask=00005000/00000000\n"
+    b"[  101.000003] nvidia 0000:5d:00.0:    [12] Timeout\n"
+    b"[  101.000004] nvidia 0000:5d:00.0:    [14] CmplTO                 (First)\n"
+    b"[  102.000000] NVRM: Xid (PCI:0000:5d:00): 79, pid=0, GPU has fallen off the bus.\n")
+
+
+def test_an_aer_report_is_one_event_filed_on_the_gpu_whose_driver_printed_it():
+    events = [r for r in _parse(AER_REPORTS, "dmesg") if isinstance(r, Event)]
+    aer = {e.line: e for e in events if e.kind == "pcie_aer"}
+    assert sorted(aer) == [2, 6] and {e.line for e in events} == {2, 6, 10}
+    port, gpu = aer[2], aer[6]
+    assert port.gpu is None and port.attrs["device"] == "0000:00:01.1" and port.attrs["bits"] == ["CmplTO"]
+    assert gpu.gpu == "0000:5d:00.0" and gpu.severity == "error"
+    assert (gpu.attrs["pci_id"], gpu.attrs["error_status"], gpu.attrs["error_mask"], gpu.attrs["bits"]) == (
+        "10de:2330", "00005000", "00000000", ["Timeout", "CmplTO"])
+
+
+def test_an_aer_report_without_the_nvidia_driver_is_on_a_gpu_only_when_an_xid_names_its_address():
+    header = (b"[  5.000000] vfio-pci %s: PCIe Bus Error: severity=Corrected, type=Physical Layer, "
+              b"(Receiver ID)\n")
+    xid = b"[  6.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n"
+    on_gpu, elsewhere = header % b"0000:3b:00.0", header % b"0000:86:00.0"
+    for data, gpu in ((on_gpu + xid, "0000:3b:00.0"), (xid + on_gpu, "0000:3b:00.0"), (elsewhere + xid, None)):
+        (aer,) = [r for r in _parse(data, "dmesg") if isinstance(r, Event) and r.kind == "pcie_aer"]
+        assert aer.gpu == gpu and aer.severity == "warning" and "bits" not in aer.attrs

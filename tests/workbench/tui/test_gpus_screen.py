@@ -68,8 +68,11 @@ async def test_enter_opens_the_culprits_worst_raw_line_and_another_gpu_shows_sam
         await wait_for(pilot, lambda: app.current_mode == "evidence")
         artifact, line = app.evidence_target
         with Bundle.open(training_incident.path) as bundle:
-            raw = bundle.artifact_lines(artifact, line)[0]
-        assert "Xid" in raw and "79" in raw  # the off-the-bus line, not a later symptom
+            raw, *after = bundle.artifact_lines(artifact, line, 6)
+        # the earliest critical line of the GPU: the fatal PCIe error its driver printed right before
+        # its Xid 79, not a later symptom
+        assert "nvidia 0000:5d:00.0: PCIe Bus Error: severity=Uncorrected (Fatal)" in raw
+        assert any("Xid (PCI:0000:5d:00): 79" in text for text in after)
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, GpusScreen))
         row = next(i for i in range(table.row_count) if not str(table.get_row_at(i)[0]))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from rich.text import Text
@@ -231,7 +233,7 @@ class GpusScreen(CockpitScreen):
         flt = query.EventFilter(hosts=(g.host,) if g.host else (), gpu=g.gpu, severities=NOTABLE)
         with self.store.read() as bundle:
             got = samples.gpu_samples(bundle, g.host, g.gpu, max_points=width)
-            events = query.events(bundle, flt, limit=EVENT_LINES)
+            events = worst_events(bundle, flt)
             count = query.count_events(bundle, flt) if len(events) == EVENT_LINES else len(events)
         self.query_one("#gpus-detail-box").border_title = f"Samples · {g.host or '-'} {g.gpu}"
         self._events = events
@@ -305,6 +307,17 @@ def render_detail(g: Gpu, got: samples.Samples, named: tuple[int, str] | None) -
     return out
 
 
+def worst_events(bundle: Any, flt: query.EventFilter) -> list[dict[str, Any]]:
+    """Up to EVENT_LINES of the GPU's events, worst severity first, in timeline order: the corrected
+    AER errors before an Xid do not push the Xid out of the panel."""
+    chosen: list[dict[str, Any]] = []
+    for severity in reversed(NOTABLE):
+        if len(chosen) < EVENT_LINES:
+            chosen += query.events(bundle, replace(flt, severities=(severity,)), limit=EVENT_LINES - len(chosen))
+    return sorted(chosen, key=lambda e: (e["ts"] is None, e["ts"] or datetime.min, e["artifact"] or "",
+                                         -1 if e["line"] is None else e["line"]))
+
+
 def render_events(events: list[dict[str, Any]], count: int, width: int) -> Text:
     """The GPU's own warnings and errors from the timeline (Xid, AER, fell off the bus, ...): what a
     GPU that stopped answering NVML still left behind."""
@@ -312,7 +325,7 @@ def render_events(events: list[dict[str, Any]], count: int, width: int) -> Text:
     if not events:
         out.append("no warning or error names this GPU in the timeline", "dim")
         return out
-    more = f", first {len(events)}" if count > len(events) else ""
+    more = f", the worst {len(events)}" if count > len(events) else ""
     out.append(f"events on this GPU ({count} warning or worse{more})\n", "dim")
     for e in events:
         out.append(f"{short_time(e['ts'], seconds=True)} ")
