@@ -76,6 +76,9 @@ JOB_SEVERITY = {"FAILED": "error", "NODE_FAIL": "error", "OUT_OF_MEMORY": "error
                 "BOOT_FAIL": "error", "DEADLINE": "error", "CANCELLED": "warning", "PREEMPTED": "warning",
                 "REQUEUED": "warning", "REQUEUE_HOLD": "warning", "SUSPENDED": "warning", "SPECIAL_EXIT": "warning",
                 "PENDING": "debug"}
+MAX_NODES = 4096
+"""Node names a job event's attrs carry: the whole list of any real job (the analysis relates a job's
+failure to each node of it), bounded so that one malformed host list cannot bloat every event."""
 
 NODE_WORDS = {"alloc": "ALLOCATED", "allocated": "ALLOCATED", "comp": "COMPLETING", "completing": "COMPLETING",
               "mix": "MIXED", "mixed": "MIXED", "idle": "IDLE", "drng": "DRAINING", "draining": "DRAINING",
@@ -473,22 +476,27 @@ def job_events(job: str | None, state_text: str | None, *, line: int | None = No
                end: datetime | None = None, snapshot: datetime | None = None, snapshot_origin: str = "mtime",
                name: str | None = None, partition: str | None = None, user: str | None = None,
                exit_status: tuple[int | None, int | None] | None = None, start_approx: bool = False,
-               tres: str | None = None) -> list[Event]:
+               tres: str | None = None, batch_host: str | None = None) -> list[Event]:
     """One event per dated transition of a job or, for a step id, a step_killed when it did not complete.
 
     PENDING at submit, RUNNING (or CONFIGURING) at start, a terminal state at end; a state whose
-    moment is unknown is dated by ``snapshot`` (when the output was taken), marked approximate."""
+    moment is unknown is dated by ``snapshot`` (when the output was taken), marked approximate.
+    A job's event is filed on its host only when that is known: its one node, or the batch host
+    Slurm printed; a job on several nodes is otherwise on none of them, and its attrs name them all
+    (the analysis relates it to every node of the list, not to the first one)."""
     state, by = job_state(state_text)
     if state is None:
         return []
     node_list = expand_hostlist(nodes)
     code, sig = exit_status if exit_status is not None else _exit_pair(exit_code)
-    host = node_list[0] if node_list else None
+    step_host = node_list[0] if node_list else None
     if job and "." in job:
         when = end or start or snapshot
-        return _step_event(job, state, code, sig, host, when, line, approx=not (end or start),
+        return _step_event(job, state, code, sig, step_host, when, line, approx=not (end or start),
                            origin="iso" if (end or start) else snapshot_origin)
-    common = {"job": job, "nodes": node_list[:64], "name": _clean(name), "partition": _clean(partition),
+    batch_host = _clean(batch_host)
+    host = node_list[0] if len(node_list) == 1 else batch_host if batch_host in node_list else None
+    common = {"job": job, "nodes": node_list[:MAX_NODES], "name": _clean(name), "partition": _clean(partition),
               "user": _clean(user), "tres": _clean(tres)}
     final = dict(common, state=state, reason=_clean(reason), elapsed=elapsed)
     if state in TERMINAL:
@@ -661,7 +669,7 @@ def _json_job(job: dict, broken: bool, snapshot: datetime | None) -> Iterator[Ro
         elapsed=_num(times.get("elapsed")), submit=_epoch(times.get("submission") or job.get("submit_time")),
         start=_epoch(times.get("start") or job.get("start_time")), end=_epoch(times.get("end") or job.get("end_time")),
         snapshot=snapshot, name=job.get("name"), partition=job.get("partition"),
-        user=job.get("user") or job.get("user_name"))
+        user=job.get("user") or job.get("user_name"), batch_host=job.get("batch_host"))
     for step in job.get("steps") or []:
         if not isinstance(step, dict):
             continue
@@ -862,7 +870,8 @@ class _TextParser:
                 elapsed=parse_duration(kv.get("RunTime")), submit=parse_time(kv.get("SubmitTime")),
                 start=parse_time(kv.get("StartTime")), end=parse_time(kv.get("EndTime")), snapshot=self._snapshot(),
                 snapshot_origin=self._snapshot_origin(), name=kv.get("JobName") or kv.get("Name"),
-                partition=kv.get("Partition"), user=user, tres=kv.get("TRES") or kv.get("Tres")))
+                partition=kv.get("Partition"), user=user, tres=kv.get("TRES") or kv.get("Tres"),
+                batch_host=kv.get("BatchHost")))
             if job:
                 self.current_job = job
             yield from self._dated(rows)
