@@ -86,6 +86,26 @@ def test_noisy_mix_has_events_beyond_links():
     assert "xid" in kinds
 
 
+def _link_devices(text: str) -> list[tuple[str, str]]:
+    rows = rows_of("dmesg", text.encode())["rows"]
+    return [(row["kind"], row["attrs"]["device"]) for row in rows if row.get("kind") in ("link_up", "link_down")]
+
+
+def test_container_plumbing_makes_no_link_events():
+    """The one intended difference from the first golden file: veth pairs, CNI/Docker/flannel/Calico
+    bridges and LXC interfaces come and go with every pod; physical NICs, bonds and IB ports keep theirs."""
+    plumbing = "".join(f"[  {i}.000000] IPv6: ADDRCONF(NETDEV_CHANGE): {name}: link becomes ready\n"
+                       for i, name in enumerate(("veth1a2b3c", "cni0", "docker0", "flannel.1", "cali46ac8f4d503",
+                                                 "lxcbr0"), start=1))
+    physical = ("[  10.000000] IPv6: ADDRCONF(NETDEV_CHANGE): ens1f0: link becomes ready\n"
+                "[  11.000000] mlx5_core 0000:5d:00.0 ibp9s0: Link down\n"
+                "[  12.000000] ixgbe 0000:3b:00.0 eno1: NIC Link is Up 10 Gbps, Flow Control: RX/TX\n"
+                "[  13.000000] bond0: (slave ens1f1): link status definitely down\n")
+    assert _link_devices(plumbing) == []
+    assert _link_devices(plumbing + physical) == [("link_up", "ens1f0"), ("link_down", "ibp9s0"),
+                                                  ("link_up", "eno1"), ("link_down", "bond0")]
+
+
 if __name__ == "__main__":
     if "--write" not in sys.argv[1:]:
         raise SystemExit("usage: python -m tests.collectors.test_kernel_events_stable --write")
