@@ -481,21 +481,21 @@ def job_events(job: str | None, state_text: str | None, *, line: int | None = No
 
     PENDING at submit, RUNNING (or CONFIGURING) at start, a terminal state at end; a state whose
     moment is unknown is dated by ``snapshot`` (when the output was taken), marked approximate.
-    A job's event is filed on its host only when that is known: its one node, or the batch host
-    Slurm printed; a job on several nodes is otherwise on none of them, and its attrs name them all
-    (the analysis relates it to every node of the list, not to the first one)."""
+    A job's event is filed on its batch host: the one Slurm printed, else the first node of the list
+    (where Slurm runs a batch script); its attrs name every node. Not NULL: ingest files a host-less
+    row on the host that captured it, which for a multi-node job is any node, once per node."""
     state, by = job_state(state_text)
     if state is None:
         return []
     node_list = expand_hostlist(nodes)
     code, sig = exit_status if exit_status is not None else _exit_pair(exit_code)
-    step_host = node_list[0] if node_list else None
+    host = node_list[0] if node_list else None
     if job and "." in job:
         when = end or start or snapshot
-        return _step_event(job, state, code, sig, step_host, when, line, approx=not (end or start),
+        return _step_event(job, state, code, sig, host, when, line, approx=not (end or start),
                            origin="iso" if (end or start) else snapshot_origin)
     batch_host = _clean(batch_host)
-    host = node_list[0] if len(node_list) == 1 else batch_host if batch_host in node_list else None
+    host = batch_host if batch_host in node_list else host
     common = {"job": job, "nodes": node_list[:MAX_NODES], "name": _clean(name), "partition": _clean(partition),
               "user": _clean(user), "tres": _clean(tres)}
     final = dict(common, state=state, reason=_clean(reason), elapsed=elapsed)

@@ -690,13 +690,13 @@ def test_truncated_file_keeps_what_was_complete():
     assert set(final) == {"1", "2", "3"}
 
 
-def test_a_job_on_several_nodes_is_on_none_of_them_unless_slurm_names_its_batch_host():
+def test_a_job_on_several_nodes_is_on_its_batch_host_and_names_every_node():
     log = ("[2026-03-14T06:40:00.100] sched: Allocate JobId=48213 NodeList=node[01-04] #CPUs=768 Partition=gpu\n"
            "[2026-03-14T09:41:47.000] _job_complete: JobId=48213 WEXITSTATUS 1\n"
            "[2026-03-14T09:41:47.001] _job_complete: JobId=48213 done\n")
     events = [e for e in events_of(parse("slurm_log", log)) if e.kind == "job_state"]
     assert {e.attrs["state"] for e in events} >= {"RUNNING", "FAILED"}
-    assert all(e.host is None and e.attrs["nodes"] == ["node01", "node02", "node03", "node04"] for e in events)
+    assert all(e.host == "node01" and e.attrs["nodes"] == ["node01", "node02", "node03", "node04"] for e in events)
     shown = SCONTROL_JOB_MULTILINE.replace("NodeList=gpu-node-01\n", "NodeList=gpu-node-[01-03]\n").replace(
         "BatchHost=gpu-node-01\n", "BatchHost=gpu-node-02\n")
     failed = terminal(events_of(parse("scontrol", shown)))["4"]
@@ -704,4 +704,4 @@ def test_a_job_on_several_nodes_is_on_none_of_them_unless_slurm_names_its_batch_
     (one,) = slurm.job_events("7", "FAILED", nodes="node05", end=datetime(2026, 3, 14, tzinfo=timezone.utc))
     assert one.host == "node05"
     (big,) = slurm.job_events("8", "RUNNING", nodes="n[0001-1000]", start=datetime(2026, 3, 14, tzinfo=timezone.utc))
-    assert big.host is None and len(big.attrs["nodes"]) == 1000 and big.attrs["nodes"][-1] == "n1000"
+    assert big.host == "n0001" and len(big.attrs["nodes"]) == 1000 and big.attrs["nodes"][-1] == "n1000"
