@@ -237,9 +237,11 @@ _AER_BUS = re.compile(rf"(?:(?P<driver>[\w-]+) )?(?:(?P<dev>{PCI}): )?(?:AER: )?
                       r"severity=(?P<sev>[^,]+), "
                       r"type=(?P<type>[^,]+)(?:, (?:id=(?P<id>[0-9a-fA-F]+))?\(?(?P<agent>[\w ]+ ID)?\)?)?")
 _DPC = re.compile(rf"(?P<dev>{PCI}): DPC: containment event")
-_AER_DETAIL = re.compile(rf"(?P<dev>{PCI}):\s+(?:device \[(?P<id>[0-9a-fA-F]{{4}}:[0-9a-fA-F]{{4}})\] error "
-                         r"status/mask=(?P<status>[0-9a-fA-F]+)/(?P<mask>[0-9a-fA-F]+)|\[\s*\d+\]\s+(?P<name>\S+))")
-"""The lines under a ``PCIe Bus Error`` header: the status register, then one line per error bit."""
+_AER_DETAIL = re.compile(rf"(?P<dev>{PCI}):\s+(?:AER:\s+)?(?:device \[(?P<id>[0-9a-fA-F]{{4}}:[0-9a-fA-F]{{4}})\] "
+                         r"error status/mask=(?P<status>[0-9a-fA-F]+)/(?P<mask>[0-9a-fA-F]+)"
+                         r"|\[\s*\d+\]\s+(?P<name>\S+))")
+"""The lines under a ``PCIe Bus Error`` header: the status register, then one line per error bit
+(kernels since 5.0 put ``AER:`` before them)."""
 _XID_PCI = re.compile(rf"NVRM: Xid \(PCI:(?P<pci>{PCI})")
 _PCIEHP = re.compile(rf"(?P<dev>{PCI}): pciehp: Slot\((?P<slot>[^)]*)\): Link (?P<st>Up|Down)")
 _BANDWIDTH = re.compile(rf"(?P<dev>{PCI}): (?P<gbps>[\d.]+) Gb/s available PCIe bandwidth(?P<limited>, limited by "

@@ -655,6 +655,17 @@ def test_an_aer_report_is_one_event_filed_on_the_gpu_whose_driver_printed_it():
         "10de:2330", "00005000", "00000000", ["Timeout", "CmplTO"])
 
 
+def test_aer_detail_lines_of_newer_kernels_say_aer_and_are_folded_the_same():
+    data = (b"[ 9.0] pcieport 0000:00:01.0: AER: PCIe Bus Error: severity=Corrected, type=Physical Layer, "
+            b"(Receiver ID)\n"
+            b"[ 9.1] pcieport 0000:00:01.0: AER:   device [8086:1901] error status/mask=00000001/00002000\n"
+            b"[ 9.2] pcieport 0000:00:01.0: AER:    [ 0] RxErr                  (First)\n"
+            b"[ 9.3] pcieport 0000:00:1c.0: AER:    [ 6] BadTLP\n")
+    (aer,) = [r for r in _parse(data, "dmesg") if isinstance(r, Event)]
+    assert (aer.line, aer.gpu, aer.attrs["pci_id"], aer.attrs["error_status"], aer.attrs["bits"]) == (
+        1, None, "8086:1901", "00000001", ["RxErr"])
+
+
 def test_an_aer_report_without_the_nvidia_driver_is_on_a_gpu_only_when_an_xid_names_its_address():
     header = (b"[  5.000000] vfio-pci %s: PCIe Bus Error: severity=Corrected, type=Physical Layer, "
               b"(Receiver ID)\n")
