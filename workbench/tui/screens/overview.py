@@ -173,8 +173,11 @@ class OverviewScreen(CockpitScreen):
         return strip
 
     def on_resize(self) -> None:
+        """Widths are known only after layout: the strip and the activity lanes are fitted again."""
         if getattr(self, "_layer_inputs", None):
             self._paint_layers(*self._layer_inputs)
+        if self.analysis is not None:
+            self._paint_activity(self.analysis)
 
     def _paint_hypotheses(self, analysis: Analysis) -> None:
         table = self.query_one("#hypotheses", DataTable)
