@@ -86,6 +86,32 @@ def test_noisy_mix_has_events_beyond_links():
     assert "xid" in kinds
 
 
+def _candidate_lines(prefilter: kernel._Prefilter, data: bytes) -> list[int]:
+    newlines, hits = prefilter.scan(data)
+    return sorted(set(prefilter.np.searchsorted(newlines, hits).tolist()))
+
+
+@pytest.mark.parametrize("name", sorted(_inputs()))
+def test_re2_prefilter_finds_the_numpy_prefilters_lines(name):
+    """The RE2 pass over the keyword windows and the numpy anchor pass pick the same candidate lines."""
+    data = _inputs()[name]
+    fast, vectorised = kernel._Prefilter(), kernel._Prefilter()
+    vectorised.windows = None
+    assert fast.windows is not None
+    lines = _candidate_lines(fast, data)
+    assert lines and lines == _candidate_lines(vectorised, data)
+
+
+def test_prefilter_gives_way_to_numpy_on_a_chatty_block():
+    """Past RE2_BLOCK_HITS hits the numpy pass answers, with the same lines."""
+    data = sample("noisy", 3 * kernel.RE2_BLOCK_HITS).encode()
+    fast, vectorised = kernel._Prefilter(), kernel._Prefilter()
+    vectorised.windows = None
+    lines = _candidate_lines(fast, data)
+    assert len(lines) > kernel.RE2_BLOCK_HITS
+    assert lines == _candidate_lines(vectorised, data)
+
+
 def _link_devices(text: str) -> list[tuple[str, str]]:
     rows = rows_of("dmesg", text.encode())["rows"]
     return [(row["kind"], row["attrs"]["device"]) for row in rows if row.get("kind") in ("link_up", "link_down")]
