@@ -205,13 +205,3 @@ def test_every_kernel_event_kind_reaches_the_timeline(tmp_path: Path, before, li
     assert event["ts"] == f"2026-03-14T10:00:{len(before):02d}.000000Z" and event["source"] == "kernel"
     assert {k: event["attrs"].get(k) for k in attrs} == attrs
 
-
-def test_every_kind_the_parser_emits_is_covered():
-    """A kind added to the kernel parser without a case here fails this test."""
-    import re
-
-    source = (Path(__file__).resolve().parents[2] / "collectors" / "_kernel_lines.py").read_text()
-    emitted = set(re.findall(r'_event\(rec, "([a-z_0-9]+)"', source))
-    assert len(emitted) > 20
-    covered = {c[3] for c in KINDS} | {"xid", "gpu_fell_off_bus"}
-    assert emitted - covered == set()
