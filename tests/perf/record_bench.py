@@ -20,8 +20,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDING = ROOT / "tests" / "data" / "nvml" / "replay_8xa100_nvlink.json"
@@ -29,94 +27,15 @@ TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-class ReplayNvml:
-    """pynvml answering from a call-level recording: ``{"error": NAME}`` raises the real NVMLError, ``{"seq":
-    [...]}`` answers call by call, dicts come back as structs, unknown calls answer NotSupported."""
-
-    def __init__(self, recording: dict[str, Any]) -> None:
-        import pynvml
-
-        self.pynvml = pynvml
-        self.rec = recording
-        self.calls: dict[str, int] = {}
-        self.errors = {cls.__name__.removeprefix("NVMLError_"): value
-                       for value, cls in pynvml.NVMLError._valClassMapping.items()}
-
-    def __getattr__(self, name: str) -> Any:
-        if not name.startswith("nvml"):
-            return getattr(self.pynvml, name)
-        return lambda *args: self._call(name, *args)
-
-    def _error(self, name: str) -> Exception:
-        return self.pynvml.NVMLError(self.errors[name])
-
-    def nvmlInit(self) -> None:
-        return None
-
-    def nvmlShutdown(self) -> None:
-        return None
-
-    def nvmlDeviceGetCount(self) -> int:
-        return len(self.rec["devices"])
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
-        return index
-
-    def nvmlEventSetCreate(self) -> object:
-        return object()
-
-    def nvmlDeviceRegisterEvents(self, handle: int, types: int, event_set: object) -> None:
-        return None
-
-    def nvmlEventSetFree(self, event_set: object) -> None:
-        return None
-
-    def nvmlEventSetWait(self, event_set: object, timeout_ms: int) -> None:
-        time.sleep(timeout_ms / 1000)
-        raise self._error("Timeout")
-
-    def nvmlDeviceGetNvLinkState(self, handle: int, link: int) -> int:
-        links = self.rec["devices"][handle].get("nvlinks") or {"count": 0, "active": []}
-        if link >= links["count"]:
-            raise self._error("InvalidArgument")
-        return 1 if link in links["active"] else 0
-
-    def nvmlDeviceGetNvLinkErrorCounter(self, handle: int, link: int, counter: int) -> int:
-        links = self.rec["devices"][handle].get("nvlinks") or {}
-        if "errors" not in links:
-            raise self._error("NotSupported")
-        return links["errors"].get(str(link), {}).get(str(counter), 0)
-
-    def _call(self, name: str, *args: Any) -> Any:
-        if args and isinstance(args[0], int) and not isinstance(args[0], bool) and name.startswith("nvmlDevice"):
-            table, rest = self.rec["devices"][args[0]], args[1:]
-        else:
-            table, rest = self.rec.get("system", {}), args
-        keyed = f"{name}({','.join(map(str, rest))})"
-        key = keyed if keyed in table else name
-        self.calls[key] = self.calls.get(key, 0) + 1
-        if key not in table:
-            raise self._error("NotSupported")
-        value = table[key]
-        if isinstance(value, dict) and "error" in value:
-            raise self._error(value["error"])
-        if isinstance(value, dict) and "seq" in value:
-            value = value["seq"][min(self.calls[key], len(value["seq"])) - 1]
-        if isinstance(value, dict):
-            return SimpleNamespace(**value)
-        if isinstance(value, list):
-            return [SimpleNamespace(**v) if isinstance(v, dict) else v for v in value]
-        return value
-
-
 def serve(config_json: str) -> int:
     """The recorder under test, with NVML replayed (this is the process being measured)."""
     sys.path.insert(0, str(ROOT))
+    from tests.nvml_replay import FakeNvml
     from workbench.recorder.config import RecorderConfig
     from workbench.recorder.daemon import Recorder
 
-    recording = json.loads(RECORDING.read_text())
-    return Recorder(RecorderConfig.from_json(config_json), nvml_loader=lambda: ReplayNvml(recording)).run()
+    recording = {**json.loads(RECORDING.read_text()), "events": []}  # steady state: no Xid to freeze on
+    return Recorder(RecorderConfig.from_json(config_json), nvml_loader=lambda: FakeNvml(recording)).run()
 
 
 # -- measuring ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from collectors.nvml import NvmlAdapter
 from collectors.nvml import record as nvml_record
-from tests.collectors.test_nvml import FakeNvml, recording
+from tests.nvml_replay import FakeNvml, recording
 from workbench.bundle import Bundle
 from workbench.ingest import ingest_paths
 from workbench.recorder import freeze as freeze_module

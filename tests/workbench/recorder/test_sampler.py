@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from tests.collectors.test_nvml import FakeNvml, recording
+from tests.nvml_replay import FakeNvml, recording
 from workbench.recorder.sampler import NvmlSampler
 from workbench.recorder.triggers import nvml_trigger
 
