@@ -26,6 +26,19 @@ Undated events sort as the largest timestamp Python can hold, so a cursor round-
 ORDER = ", ".join(SORT_KEY)
 
 
+def time_bounds(since: datetime | None, until: datetime | None) -> tuple[list[str], list[Any]]:
+    """``ts >= ? AND ts <= ?`` as far as the bounds are given (UTC), for any table with a ``ts``."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if since is not None:
+        clauses.append("ts >= ?")
+        params.append(utc_naive(since))
+    if until is not None:
+        clauses.append("ts <= ?")
+        params.append(utc_naive(until))
+    return clauses, params
+
+
 @dataclass
 class EventFilter:
     """Filters shared by ``gpuwb timeline``, the report and the TUI's timeline screen."""
@@ -49,12 +62,9 @@ class EventFilter:
             if values:
                 clauses.append(f"{column} IN ({', '.join('?' for _ in values)})")
                 params.extend(values)
-        if self.since is not None:
-            clauses.append("ts >= ?")
-            params.append(utc_naive(self.since))
-        if self.until is not None:
-            clauses.append("ts <= ?")
-            params.append(utc_naive(self.until))
+        bounds, values = time_bounds(self.since, self.until)
+        clauses += bounds
+        params += values
         if self.text:
             clauses.append("message ILIKE ?")
             params.append(f"%{self.text}%")
@@ -276,13 +286,8 @@ def _key_where(since: datetime | None, until: datetime | None, kinds: tuple[str,
                f"(severity IN ('warning', 'error', 'critical') OR ts_origin = 'derived' "
                f"OR kind IN ({', '.join('?' for _ in kinds)}))"]
     params: list[Any] = list(kinds)
-    if since is not None:
-        clauses.append("ts >= ?")
-        params.append(utc_naive(since))
-    if until is not None:
-        clauses.append("ts <= ?")
-        params.append(utc_naive(until))
-    return " WHERE " + " AND ".join(clauses), params
+    bounds, values = time_bounds(since, until)
+    return " WHERE " + " AND ".join(clauses + bounds), params + values
 
 
 _SUBKIND_SQL = ("coalesce(json_extract_string(attrs, '$.reason'), json_extract_string(attrs, '$.state'), "

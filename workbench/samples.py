@@ -22,6 +22,7 @@ from typing import Any
 
 from workbench import series
 from workbench.bundle import Bundle, utc_naive
+from workbench.query import time_bounds
 
 SAMPLE_AGGREGATES: dict[str, str] = {
     "temp_c": "max", "power_w": "max", "power_limit_w": "max", "sm_clock_mhz": "min", "mem_clock_mhz": "min",
@@ -125,13 +126,9 @@ def gpu_samples(bundle: Bundle, host: str | None, gpu: str, *, since: datetime |
     """Samples of one GPU between ``since`` and ``until``, at most ``max_points`` rows."""
     where = ["gpu = ?", "ts IS NOT NULL", "host IS NULL" if host is None else "host = ?"]
     params: list[Any] = [gpu] + ([] if host is None else [host])
-    if since is not None:
-        where.append("ts >= ?")
-        params.append(utc_naive(since))
-    if until is not None:
-        where.append("ts <= ?")
-        params.append(utc_naive(until))
-    cond = " AND ".join(where)
+    bounds, values = time_bounds(since, until)
+    cond = " AND ".join(where + bounds)
+    params += values
     total, lo, hi = bundle.con.execute(f"SELECT count(*), min(ts), max(ts) FROM gpu_sample WHERE {cond}",
                                        params).fetchall()[0]
     if not total:
