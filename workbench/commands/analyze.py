@@ -24,13 +24,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", choices=WORKLOAD_CHOICES, metavar="W",
                         help="use this playbook instead of the detected one (training, inference, mixed, unknown)")
     parser.add_argument("--top", type=positive_int, default=5, metavar="N", help="hypotheses to print (text output)")
+    parser.add_argument("--history", metavar="DIR",
+                        help="say which culprits the incident history in DIR has seen before (default $GPUWB_HISTORY)")
 
 
 def run(args: argparse.Namespace) -> int:
     from workbench.analysis import analyze  # deferred: keeps `gpuwb --help` fast
+    from workbench.history import History, history_dir
 
+    history = history_dir(args.history)
+    catalog = History.open(history) if history else None  # a bad folder is refused before the analysis runs
     with Bundle.open(args.bundle) as bundle:
         result = analyze(bundle, workload=args.workload)
+        if catalog is not None:
+            result["seen_before"] = catalog.seen_before_bundle(bundle, result)
     if args.json:
         sys.stdout.write(json.dumps(result, default=str) + "\n")
     else:
@@ -89,4 +96,9 @@ def render(result: Analysis, *, top: int = 5) -> str:
         for ev in h.evidence[:6]:
             loc = f"{(ev.artifact or '')[:8]}:{ev.line}" if ev.artifact else ev.source
             out.append(f"       {iso(ev.ts) or '?':<24} {ev.host or '-':<10} {ev.text[:90]}  [{loc}]")
+    if "seen_before" in result.raw:
+        from workbench.history import seen_before_lines
+
+        out.append("")
+        out.extend(seen_before_lines(result.raw["seen_before"]))
     return "\n".join(out) + "\n"
