@@ -332,7 +332,8 @@ def gpu_rows(gpu: Node, *, bus: str | None, clock: Clock, host: str | None, driv
                    "ecc_mode": value(gpu, "ecc_mode/current", "ecc_mode/current_ecc"),
                    "virtualization": value(gpu, "gpu_virtualization_mode/virtualization_mode"),
                    "minor_number": value(gpu, "minor_number"), "board_part_number": value(gpu, "board_part_number"),
-                   "gsp_firmware": value(gpu, "gsp_firmware_version"), **(extra or {})})
+                   "gsp_firmware": value(gpu, "gsp_firmware_version"),
+                   "applications_clocks_mhz": _clocks(gpu), **(extra or {})})
     reasons, reason_line, reasons_na, counters = _reasons(gpu)
     ecc = _ecc(gpu)
     remap = find(gpu, "remapped_rows")
@@ -384,6 +385,13 @@ def gpu_rows(gpu: Node, *, bus: str | None, clock: Clock, host: str | None, driv
              "pcie_link_degraded": (find(gpu, "link_width", "link_widths", "pcie_generation") or Node("")).line}
     yield from tracker.observe(sample, ts_origin=clock.origin, ts_approx=clock.approx, ts_raw=clock.raw,
                                lines={k: v for k, v in lines.items() if v})
+
+
+def _clocks(gpu: Node) -> dict[str, float] | None:
+    """The application clocks an operator set (``nvidia-smi -ac``), what acceptance pins and drift compares."""
+    clocks = {"graphics": number(value(gpu, "applications_clocks/graphics", "applications_clocks/graphics_clock")),
+              "memory": number(value(gpu, "applications_clocks/memory", "applications_clocks/mem_clock"))}
+    return {k: v for k, v in clocks.items() if v is not None} or None
 
 
 def _reasons(gpu: Node) -> tuple[list[str] | None, int | None, list[str], dict[str, int]]:

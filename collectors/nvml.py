@@ -697,6 +697,7 @@ def _sample_row(reading: dict[str, Any], dev: dict[str, Any], ts: datetime | Non
                "remap_correctable": _int(remap.get("correctable")),
                "remap_uncorrectable": _int(remap.get("uncorrectable")),
                "nvlink_links": len(links) if links else None, "nvlink_errors": link_errors,
+               "nvlink_active": sum(1 for e in links if e.get("active")) if links else None,
                "processes": reading.get("processes") or [], "unsupported": reading.get("unsupported") or {}})
 
 

@@ -25,14 +25,14 @@ from workbench.errors import GpuwbError
 from workbench.table import printable
 
 COMMAND_ORDER = ("capture", "record", "ingest", "timeline", "analyze", "open", "report", "export", "verify",
-                 "merge", "demo")
+                 "baseline", "merge", "demo")
 EX_SOFTWARE = 70
 """Exit status of an internal error (a bug), as sysexits.h names it."""
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse prints usage + exits 2; keep it to one line
-        self.exit(2, f"gpuwb: error: {message} (see gpuwb {self.prog.split()[-1]} --help)\n"
+        self.exit(2, f"gpuwb: error: {message} (see gpuwb {self.prog.split(' ', 1)[-1]} --help)\n"
                   if " " in self.prog else f"gpuwb: error: {message} (see gpuwb --help)\n")
 
 
