@@ -45,9 +45,10 @@ MAX_LANES = 16
 # -- building the model ----------------------------------------------------------------------------
 
 def build(bundle: Bundle, *, analysis: dict[str, Any] | None = None, causes: dict[str, Any] | None = None,
-          generated_at: datetime | None = None, verify: bool = True) -> dict[str, Any]:
+          generated_at: datetime | None = None, verify: bool = True, isolation: bool = False) -> dict[str, Any]:
     """Everything the postmortem says, as plain data. ``analysis`` and ``causes`` default to the
-    engine's and the catalog's; tests inject fixed ones, and ``generated_at`` for stable output."""
+    engine's and the catalog's; tests inject fixed ones, and ``generated_at`` for stable output.
+    ``isolation`` adds the isolation and change rules (workbench/isolation.py) under that key."""
     analysis_error = None
     if analysis is None:
         analysis, analysis_error = _run_analysis(bundle)
@@ -82,7 +83,28 @@ def build(bundle: Bundle, *, analysis: dict[str, Any] | None = None, causes: dic
     }
     model["summary"] = _summary(state, root, impact, model["header"])
     model["charts"] = _charts(bundle, times, start, end)
+    model["monitoring"] = _monitoring(bundle, root, hyps, times, end)
+    if isolation:
+        from workbench.isolation import for_report
+
+        model["isolation"] = for_report(bundle, model, hyps, causes, CONTRIBUTING_MIN_SCORE)
     return model
+
+
+def _monitoring(bundle: Bundle, root: dict[str, Any] | None, hyps: list[dict[str, Any]], times: dict[str, Any],
+                end: datetime | None) -> dict[str, Any]:
+    """Alert rules of the root and contributing causes, each with when it would have fired on this
+    incident's own samples and how long before detection (workbench/alert_rules.py). The inputs are
+    kept so that ``gpuwb report --rules`` writes the very rules the report describes."""
+    from workbench import alert_rules
+
+    causes = [root["cause"]] if root and root.get("cause") else []
+    causes += [h["cause"] for h in hyps if h.get("cause") and float(h.get("score") or 0) >= CONTRIBUTING_MIN_SCORE]
+    start = times["start"]["ts"] if times.get("start") else None
+    detection = times["detection"]["ts"] if times.get("detection") else None
+    the_plan = alert_rules.plan(bundle, causes, start=start, detection=detection, end=end)
+    return {"causes": the_plan.causes, "start": start, "detection": detection, "end": end,
+            "rules": alert_rules.describe(the_plan)}
 
 
 def _run_analysis(bundle: Bundle) -> tuple[dict[str, Any], str | None]:

@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from workbench import isolation
 from workbench.bundle import Bundle
 from workbench.errors import UsageError
 from workbench.report import FORMATS, build, render
@@ -27,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     parser.add_argument("--generated-at", metavar="ISO", help="the report's 'generated' time (reproducible output)")
     parser.add_argument("--no-verify", action="store_true", help="skip re-hashing the evidence (large bundles)")
+    parser.add_argument("--isolation", metavar="DIR",
+                        help="also write the isolation and change rules (slurm.sh, kubectl.sh, k8s.yaml, "
+                             "change-freeze.yaml) to DIR and add their section to the report")
 
 
 def output_format(fmt: str | None, output: str | None) -> str:
@@ -42,9 +46,15 @@ def run(args: argparse.Namespace) -> int:
     at = parse_instant(args.generated_at) if args.generated_at else None
     if args.output:
         check_output(Path(args.output))  # before the minutes a big report can take
+    if args.isolation and Path(args.isolation).exists() and not Path(args.isolation).is_dir():
+        raise UsageError(f"--isolation {args.isolation} is a file; give a folder")
     with Bundle.open(args.bundle) as bundle:
+        model = build(bundle, generated_at=at, verify=not args.no_verify, isolation=bool(args.isolation))
         # printable: a log line's escape sequences must not drive the terminal of whoever cats the file
-        text = printable(render(build(bundle, generated_at=at, verify=not args.no_verify), fmt))
+        text = printable(render(model, fmt))
+    if args.isolation:
+        written = isolation.write(model["isolation"], Path(args.isolation))
+        print(f"wrote isolation rules: {', '.join(str(p) for p in written)}", file=sys.stderr)
     if args.output:
         replaced = write_atomically(Path(args.output), text)
         print(f"wrote {args.output} ({fmt}, {len(text.encode())} bytes{', replaced the old file' if replaced else ''})",
