@@ -1,0 +1,180 @@
+"""GPU & driver layer causes: what the culprit's own logs, the kernel and nvidia-smi show."""
+
+# ruff: noqa: E501  (log lines are kept whole, as the tools print them)
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+from workbench.drill import lines as fmt
+from workbench.drill.registry import fault
+from workbench.drill.training import Job
+
+SITE = "/usr/local/lib/python3.10/dist-packages"
+
+
+def _traceback(rank: int, *tail: str) -> list[str]:
+    """A training step's traceback under torchrun's ``[rankN]:`` prefix, ending in ``tail``."""
+    lines = ["Traceback (most recent call last):",
+             '  File "/workspace/train.py", line 412, in <module>',
+             "    main()",
+             '  File "/workspace/train.py", line 361, in main',
+             "    loss = engine(batch)",
+             f'  File "{SITE}/deepspeed/runtime/engine.py", line 1846, in forward',
+             "    loss = self.module(*inputs, **kwargs)",
+             *tail]
+    return [f"[rank{rank}]: {line}" for line in lines]
+
+
+@fault("gpu_oom", "training")
+def gpu_oom_training(job: Job) -> None:
+    """A longer batch than any before asks for more GPU memory than is left: CUDA out of memory on one rank."""
+    d = job.d
+    d.title = f"Job {d.job} failed: a rank died on {d.culprit}"
+    free = d.rng.randint(300, 900)
+    job.log(d.rank, fmt.pylog(d.fault, f"[rank{d.rank}] step batch: seq_len 16384 (longest so far)", "WARNING"),
+            *_traceback(d.rank, f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {d.rng.randint(2, 9)}.50 GiB. "
+                        f"GPU {d.local} has a total capacity of 79.11 GiB of which {free}.06 MiB is free. Including non-PyTorch "
+                        f"memory, this process has 78.{d.rng.randint(10, 90)} GiB memory in use. Of the allocated memory 74.21 GiB "
+                        "is allocated by PyTorch, and 2.31 GiB is reserved by PyTorch but unallocated. If reserved but unallocated "
+                        "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."))
+    job.stop(d.fault)
+
+
+@fault("app_gpu_fault", "training")
+def app_gpu_fault_training(job: Job) -> None:
+    """A custom kernel reads out of bounds: Xid 31 MMU fault on the rank's GPU, illegal memory access in its log."""
+    d = job.d
+    d.title = f"Job {d.job} failed: illegal memory access on {d.culprit}"
+    pid = d.pid(d.rank)
+    job.dmesg(d.culprit, d.fault,
+              f"NVRM: Xid (PCI:0000:{d.buses[d.local]}:00): 31, pid={pid}, name=python3, Ch 00000008, intr 00000000. "
+              f"MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_{d.rng.randint(0, 7)} faulted @ 0x7f2a_8c{d.rng.randint(0, 0xffff):04x}000. "
+              "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ")
+    when = d.fault + timedelta(milliseconds=412)
+    job.log(d.rank, fmt.glog(d.rank, when, "E", "ProcessGroupNCCL.cpp:1595",
+                             f"[PG ID 0 PG GUID 0(default_pg) Rank {d.rank}] Process group watchdog thread terminated with "
+                             "exception: CUDA error: an illegal memory access was encountered"),
+            f"[rank{d.rank}]:CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.")
+    job.stop(d.fault)
+
+
+@fault("numeric_instability", "training")
+def numeric_instability_training(job: Job) -> None:
+    """The loss diverges after warm-up and turns NaN on every rank at one step; the NaN check aborts the job."""
+    d = job.d
+    d.title = f"Job {d.job} aborted: NaN in the gradients"
+    d.place_host = False
+    for rank in range(d.nranks):
+        if rank == 0:
+            for i, loss in enumerate((1.874512, 1.902433, 2.817764, 9.733120)):
+                when = d.fault - timedelta(seconds=(4 - i) * 60)
+                job.log(rank, f" [{when:%Y-%m-%d %H:%M:%S}] iteration     {8350 + i * 50}/  100000 | consumed samples:      {(8350 + i * 50) * 512} | elapsed time per iteration (ms): 1210.4 | learning rate: 3.000E-04 | global batch size:   512 | lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: {0.9 + i * 3.1:.3f} | number of skipped iterations:   0 | number of nan iterations:   0 |")
+            job.log(rank, f" [{d.fault:%Y-%m-%d %H:%M:%S}] iteration     8600/  100000 | consumed samples:      4403200 | elapsed time per iteration (ms): 1208.9 | learning rate: 3.000E-04 | global batch size:   512 | lm loss: nan | loss scale: 1.0 | grad norm: nan | number of skipped iterations:   0 | number of nan iterations:   1 |")
+        host, dev = d.host_of(rank), rank % d.gpus_per_host
+        job.log(rank, fmt.pylog(d.fault + timedelta(seconds=1, milliseconds=200 + rank), f"[rank{rank}] AssertionError: Rank {rank}: found NaN in local grad norm in backward pass before data-parallel communication collective. Device: {dev}, node: {host}", "ERROR"))
+    job.end = d.fault + timedelta(seconds=9)
+    d.detected = job.end
+
+
+@fault("driver_stack_mismatch", "training")
+def driver_stack_mismatch_training(job: Job) -> None:
+    """Unattended upgrades replaced the NVIDIA user-space libraries on one node without a reboot: CUDA cannot start there."""
+    d = job.d
+    d.title = f"Job {d.job} failed at start on {d.culprit}"
+    d.place_gpu = False
+    upgrade = d.start - timedelta(hours=d.rng.randint(2, 9), minutes=d.rng.randint(0, 59))
+    d.fault = d.start + timedelta(seconds=9, milliseconds=d.rng.randint(0, 900))
+    old, new = "550.90.07-0ubuntu0.22.04.1", "550.107.02-0ubuntu0.22.04.1"
+    pkgs = ("libnvidia-compute-550", "nvidia-utils-550", "libnvidia-extra-550", "nvidia-compute-utils-550")
+    for host in d.hosts:
+        routine = upgrade + timedelta(minutes=d.hosts.index(host) * 3 + 1)
+        log = [f"{routine:%Y-%m-%d %H:%M:%S} startup archives unpack",
+               f"{routine:%Y-%m-%d %H:%M:%S} upgrade tzdata:all 2024a-0ubuntu0.22.04 2025a-0ubuntu0.22.04",
+               f"{routine:%Y-%m-%d %H:%M:%S} status installed tzdata:all 2025a-0ubuntu0.22.04"]
+        if host == d.culprit:
+            for i, pkg in enumerate(pkgs):
+                when = upgrade + timedelta(seconds=i * 1.3)
+                log += [f"{when:%Y-%m-%d %H:%M:%S} upgrade {pkg}:amd64 {old} {new}",
+                        f"{when:%Y-%m-%d %H:%M:%S} status installed {pkg}:amd64 {new}"]
+        d.add(f"{host}/dpkg.log", *sorted(log))
+    job.dmesg(d.culprit, d.fault, "NVRM: API mismatch: the client has the version 550.107.02, but",
+              "               NVRM: this kernel module has the version 550.90.07.  Please",
+              "               NVRM: make sure that this kernel module and all NVIDIA driver",
+              "               NVRM: components have the same version.")
+    dead = {r for r in range(d.nranks) if d.host_of(r) == d.culprit}
+    for rank in dead:
+        job.log(rank, *_traceback(rank, "RuntimeError: CUDA error: system has unsupported display driver / cuda driver combination"))
+    job.smi_edit = lambda _: "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 550.107\n"
+    job.stop(d.fault, dead=dead)
+
+
+@fault("fabric_manager_down", "training")
+def fabric_manager_down_training(job: Job) -> None:
+    """After a driver update the node's Fabric Manager no longer matches the driver and refuses to start: CUDA says 802."""
+    d = job.d
+    d.title = f"Job {d.job} failed at start on {d.culprit}"
+    d.place_gpu = False
+    d.fault = d.start + timedelta(seconds=8, milliseconds=d.rng.randint(0, 900))
+    boot = d.start - timedelta(minutes=d.rng.randint(20, 200))
+    d.add(f"{d.culprit}/journal-nvidia-fabricmanager.txt",
+          f"{boot:%b %d %H:%M:%S} {d.culprit} systemd[1]: Starting NVIDIA fabric manager service...",
+          f"{boot:%b %d %H:%M:%S} {d.culprit} nv-fabricmanager[{d.rng.randint(2000, 5000)}]: fabric manager NVIDIA GPU driver interface version 550.90.07 don't match with driver version 550.107.02. Please update with matching NVIDIA driver package.",
+          f"{boot:%b %d %H:%M:%S} {d.culprit} systemd[1]: nvidia-fabricmanager.service: Control process exited, code=exited, status=1/FAILURE",
+          f"{boot:%b %d %H:%M:%S} {d.culprit} systemd[1]: Failed to start NVIDIA fabric manager service.")
+    dead = {r for r in range(d.nranks) if d.host_of(r) == d.culprit}
+    for rank in dead:
+        job.log(rank, *_traceback(rank, "RuntimeError: CUDA error: system not yet initialized",
+                                  "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect."))
+    job.stop(d.fault, dead=dead)
+
+
+@fault("gpu_hang", "training")
+def gpu_hang_training(job: Job) -> None:
+    """The GPU's GSP firmware stops answering (Xid 119): the rank stalls inside its collective."""
+    d = job.d
+    d.title = f"Job {d.job} hung: collective timeouts on every rank"
+    for k in range(3):
+        when = d.fault + timedelta(seconds=45 * k)
+        job.dmesg(d.culprit, when,
+                  f"NVRM: Xid (PCI:0000:{d.buses[d.local]}:00): 119, pid={d.pid(d.rank)}, name=python3, Timeout after 45s of "
+                  f"waiting for RPC response from GPU{d.local} GSP! Expected function 76 (GSP_RM_CONTROL) sequence "
+                  f"{24174 + k * 7} (0x20801322 0x808).")
+    job.stop(d.fault, dead=set())
+    job.dead_ranks.add(d.rank)
+
+
+@fault("ecc_uncorrectable", "training")
+def ecc_uncorrectable_training(job: Job) -> None:
+    """A contained uncorrectable ECC error (Xid 94) kills the rank using the memory; a row remap is pending."""
+    d = job.d
+    d.title = f"Job {d.job} failed: a rank died on {d.culprit}"
+    bus, pid = d.buses[d.local], d.pid(d.rank)
+    job.dmesg(d.culprit, d.fault, f"NVRM: Xid (PCI:0000:{bus}:00): 94, pid={pid}, name=python3, Contained: CE User Channel (0x9). RST: No, D-RST: No")
+    job.dmesg(d.culprit, d.fault + timedelta(milliseconds=4),
+              f"NVRM: Xid (PCI:0000:{bus}:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row (0x0000000000a1{d.rng.randint(0, 0xfff):03x}c0) Marked for Remapping, reset gpu to activate.")
+    job.log(d.rank, *_traceback(d.rank, "RuntimeError: CUDA error: uncorrectable ECC error encountered"))
+    job.smi_edit = _smi_ecc(job)
+    job.stop(d.fault)
+
+
+def _kv(indent: int, key: str, value: object) -> str:
+    """One ``key : value`` line of nvidia-smi -q."""
+    return f"{' ' * indent}{key:<{42 - indent}}: {value}"
+
+
+def _smi_ecc(job: Job) -> Callable[[str], str]:
+    """The culprit GPU's nvidia-smi -q section with a volatile DBE and a pending remap."""
+    d = job.d
+    target = f"GPU 0000:{d.buses[d.local]}:00.0".upper()
+
+    def edit(text: str) -> str:
+        head, sep, rest = text.partition(target)
+        nxt = rest.find("\nGPU 0000")
+        section = rest if nxt < 0 else rest[:nxt]
+        section = section.replace(_kv(12, "DRAM Uncorrectable", 0), _kv(12, "DRAM Uncorrectable", 1), 1)
+        section = section.replace(_kv(8, "Pending", "No"), _kv(8, "Pending", "Yes"), 1)
+        return head + sep + section + ("" if nxt < 0 else rest[nxt:])
+    return edit
+

@@ -1,0 +1,67 @@
+"""Scheduling layer causes: what Slurm (sacct, slurmctld) and the kernel's OOM killer say."""
+
+# ruff: noqa: E501  (log lines are kept whole, as the tools print them)
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from workbench.drill import lines as fmt
+from workbench.drill.registry import fault
+from workbench.drill.training import Job
+
+
+@fault("preemption", "training")
+def preemption_training(job: Job) -> None:
+    """A higher-priority job preempts the training job: Slurm ends it as PREEMPTED."""
+    d = job.d
+    d.title = f"Job {d.job} stopped before its end"
+    d.place_host = False
+    other = d.job + d.rng.randint(10, 400)
+    job.slurmctld += [(d.fault - timedelta(seconds=2), f"_slurm_rpc_submit_batch_job: JobId={other} InitPrio=4294967000 usec=911"),
+                      (d.fault, f"preempted JobId={d.job} to reclaim resources for JobId={other}"),
+                      (d.fault + timedelta(seconds=1), f"sched: Allocate JobId={other} NodeList={d.hostlist()} #CPUs={32 * len(d.hosts)} Partition=gpu")]
+    job.state, job.exit_code = "PREEMPTED", "0:15"
+    job.end = d.fault + timedelta(seconds=1)
+    d.detected = job.end
+
+
+@fault("job_time_limit", "training")
+def job_time_limit_training(job: Job) -> None:
+    """The job runs at its usual pace into a wall-time limit that was set too short."""
+    d = job.d
+    d.title = f"Job {d.job} was cancelled"
+    d.place_host = False
+    job.state, job.exit_code = "TIMEOUT", "0:0"
+    job.end = d.fault
+    d.detected = job.end
+    d.add(f"slurm/job-{d.job}.err", f"slurmstepd: error: *** JOB {d.job} ON {d.hosts[0]} CANCELLED AT {d.fault:%Y-%m-%dT%H:%M:%S} DUE TO TIME LIMIT ***")
+
+
+@fault("node_drained", "training")
+def node_drained_training(job: Job) -> None:
+    """An admin drains a node for maintenance while the job runs on it: Slurm kills the job with NODE_FAIL."""
+    d = job.d
+    d.title = f"Job {d.job} failed: node failure"
+    d.place_gpu = False
+    job.slurmctld += [(d.fault, f"update_node: node {d.culprit} reason set to: maintenance: BMC firmware update (ticket OPS-{d.rng.randint(1000, 9999)})"),
+                      (d.fault, f"update_node: node {d.culprit} state set to DOWN"),
+                      (d.fault + timedelta(milliseconds=40), f"Killing JobId={d.job} on failed node {d.culprit}")]
+    d.add("slurm/sinfo-R.txt", "REASON               USER      TIMESTAMP           NODELIST",
+          f"maintenance: BMC fir root      {fmt.iso(d.fault)} {d.culprit}")
+    job.stop(d.fault, dead={r for r in range(d.nranks) if d.host_of(r) == d.culprit})
+    job.state, job.exit_code = "NODE_FAIL", "0:0"
+
+
+@fault("host_oom_kill", "training")
+def host_oom_kill_training(job: Job) -> None:
+    """DataLoader workers leak host memory until the kernel OOM killer takes a rank."""
+    d = job.d
+    d.title = f"Job {d.job} failed: a rank died on {d.culprit}"
+    d.place_gpu = False
+    pid = d.pid(d.rank)
+    job.dmesg(d.culprit, d.fault,
+              "pt_data_worker invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0",
+              f"oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0-1,global_oom,task_memcg=/slurm/uid_1001/job_{d.job}/step_0,task=python3,pid={pid},uid=1001",
+              f"Out of memory: Killed process {pid} (python3) total-vm:187421320kB, anon-rss:{d.rng.randint(130, 190)}371844kB, file-rss:81920kB, shmem-rss:2097152kB, UID:1001 pgtables:289412kB oom_score_adj:0")
+    job.stop(d.fault)

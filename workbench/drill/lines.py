@@ -1,0 +1,164 @@
+"""Native line formats of the tools a drill's evidence comes from.
+
+The shapes (stamps, prefixes, field order, separators) are the tools' own, as the real-log corpus
+(tests/corpus, sources in its INDEX.tsv) and the parsers in collectors/ know them; the words inside
+are the drill's. Kept apart from the test scenarios (tests/scenarios/formats.py), which workbench
+code must not import.
+"""
+
+# ruff: noqa: E501  (log lines are kept whole, as the tools print them)
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+
+def dmesg(boot: datetime, when: datetime, text: str) -> str:
+    """dmesg without -T: seconds since boot, ``[%5lu.%06lu]``."""
+    micros = round((when - boot).total_seconds() * 1e6)
+    return f"[{micros // 1_000_000:5d}.{micros % 1_000_000:06d}] {text}"
+
+
+def pylog(when: datetime, text: str, level: str = "INFO") -> str:
+    """Python logging's ``%(asctime)s - %(levelname)s - %(message)s``."""
+    return f"{when:%Y-%m-%d %H:%M:%S},{when.microsecond // 1000:03d} - {level} - {text}"
+
+
+def glog(rank: int, when: datetime, level: str, where: str, text: str) -> str:
+    """A ProcessGroupNCCL line under torchrun's ``--tee`` prefix: ``[rank1]:[E626 06:24:44.903881913 …] …``."""
+    stamp = f"{when.month}{when.day:02d} {when:%H:%M:%S}.{when.microsecond:06d}{(rank * 317) % 1000:03d}"
+    return f"[rank{rank}]:[{level}{stamp} {where}] {text}"
+
+
+def watchdog(rank: int, when: datetime, seq: int, op: str, numel: int, timeout_ms: int, elapsed_ms: int) -> list[str]:
+    """The NCCL watchdog's collective timeout and its follow-up lines, as PyTorch 2.4+ prints them."""
+    return [
+        glog(rank, when, "E", "ProcessGroupNCCL.cpp:616",
+             f"[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, "
+             f"NumelIn={numel}, NumelOut={numel}, Timeout(ms)={timeout_ms}) ran for {elapsed_ms} milliseconds before timing out."),
+        glog(rank, when + timedelta(microseconds=1580), "E", "ProcessGroupNCCL.cpp:1785",
+             f"[PG ID 0 PG GUID 0(default_pg) Rank {rank}] Exception (either an error or timeout) detected by watchdog at "
+             f"work: {seq}, last enqueued NCCL work: {seq}, last completed NCCL work: {seq - 1}."),
+        glog(rank, when + timedelta(microseconds=1640), "E", "ProcessGroupNCCL.cpp:630",
+             f"[Rank {rank}] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA "
+             "kernels, subsequent GPU operations might run on corrupted/incomplete data."),
+    ]
+
+
+def nccl_init(host: str, pid: int, rank: int, nranks: int, dev: int, bus: str, comm: str, ip: str,
+              version: str = "2.21.5+cuda12.4") -> list[str]:
+    """NCCL INFO init lines of one rank (NCCL 2.2x wording); ``bus`` as NCCL prints it (``2a000``)."""
+    p, t = f"{host}:{pid}:{pid}", f"{host}:{pid}:{pid + 131}"
+    lines = [f"{p} [{dev}] NCCL INFO Bootstrap : Using ibp12s0:{ip}<0>",
+             f"{p} [{dev}] NCCL INFO cudaDriverVersion 12040"]
+    if rank == 0:
+        lines.append(f"{p} [{dev}] NCCL INFO NCCL version {version}")
+    lines += [f"{t} [{dev}] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ibp12s0:{ip}<0>",
+              f"{t} [{dev}] NCCL INFO Using network IB",
+              f"{t} [{dev}] NCCL INFO ncclCommInitRank comm 0x55d7{comm}{rank:02x}0 rank {rank} nranks {nranks} cudaDev {dev} "
+              f"nvmlDev {dev} busId {bus} commId 0x3e1a2b7c9d4f5e60 - Init START",
+              f"{t} [{dev}] NCCL INFO ncclCommInitRank comm 0x55d7{comm}{rank:02x}0 rank {rank} nranks {nranks} cudaDev {dev} "
+              f"nvmlDev {dev} busId {bus} commId 0x3e1a2b7c9d4f5e60 - Init COMPLETE"]
+    return lines
+
+
+def titan_step(rank: int, when: datetime, step: int, loss: float, tps: int) -> str:
+    """torchtitan's step line under torchrun's prefix."""
+    return (f"[rank{rank}]:[titan] {when:%Y-%m-%d %H:%M:%S},{when.microsecond // 1000:03d} - root - INFO - "
+            f"step: {step}  loss: {loss:7.4f}  memory: 61.27GiB(77.43%)  tps: {tps:,}  tflops: 402.18  mfu: 40.67%")
+
+
+def elastic(when: datetime, level: str, pid: int, where: str, text: str) -> str:
+    """torch elastic's glog-style logger (torch 2.4+)."""
+    return (f"{level}{when.month:02d}{when.day:02d} {when:%H:%M:%S}.{when.microsecond:06d} {pid} "
+            f"torch/distributed/elastic/{where}] {text}")
+
+
+def iso(when: datetime) -> str:
+    """An ISO-8601 time without zone, as sacct and slurmctld print it."""
+    return when.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def slurmctld(when: datetime, text: str) -> str:
+    """A slurmctld.log line: ``[2025-03-01T14:03:10.448] …``."""
+    return f"[{iso(when)}.{when.microsecond // 1000:03d}] {text}"
+
+
+def sacct(rows: list[str]) -> str:
+    """``sacct -P`` with a --format list: ``|``-separated, a header row, steps as ``JobID.batch``."""
+    return "JobID|JobName|Partition|Account|AllocCPUS|State|ExitCode|Start|End|NodeList\n" + "\n".join(rows) + "\n"
+
+
+def k8s_event(uid: str, when: datetime, reason: str, message: str, kind: str, obj: str, namespace: str,
+              node: str | None, typ: str = "Warning", count: int = 1, component: str = "kubelet") -> dict:
+    """One core/v1 Event as ``kubectl get events -o json`` lists it."""
+    stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"apiVersion": "v1", "count": count, "eventTime": None, "firstTimestamp": stamp,
+            "involvedObject": {"apiVersion": "v1" if kind == "Pod" else "apps/v1", "kind": kind, "name": obj,
+                               "namespace": namespace},
+            "kind": "Event", "lastTimestamp": stamp, "message": message,
+            "metadata": {"creationTimestamp": stamp, "name": f"{obj}.{uid}", "namespace": namespace},
+            "reason": reason, "reportingComponent": component, "reportingInstance": node or "",
+            "source": {"component": component, **({"host": node} if node else {})}, "type": typ}
+
+
+def k8s_list(items: list[dict]) -> str:
+    """kubectl's ``-o json`` list wrapper, indented by 4."""
+    return json.dumps({"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}},
+                      indent=4) + "\n"
+
+
+def prom(families: list[tuple[str, str, str, list[tuple[str, float]]]]) -> str:
+    """Prometheus text exposition: (name, type, help, [(labels, value)])."""
+    out = []
+    for name, typ, text, samples in families:
+        out += [f"# HELP {name} {text}", f"# TYPE {name} {typ}"]
+        out += [f"{name}{labels} {float(value)!r}" for labels, value in samples]
+    return "\n".join(out) + "\n"
+
+
+def histogram(name: str, text: str, labels: str, bounds: list[float], counts: list[float], count: float,
+              total: float) -> tuple[str, str, str, list[tuple[str, float]]]:
+    """One histogram family: cumulative ``counts`` per bound, then +Inf, _count and _sum."""
+    samples = [(f'_bucket{{le="{b}",{labels}}}', float(c)) for b, c in zip(bounds, counts)]
+    samples += [(f'_bucket{{le="+Inf",{labels}}}', float(count)), (f"_count{{{labels}}}", float(count)),
+                (f"_sum{{{labels}}}", round(total, 3))]
+    return name, "histogram", text, samples
+
+
+def deepspeed_log(when: datetime, where: str, text: str) -> str:
+    """DeepSpeed's logger: ``[2023-06-21 07:39:09,443] [INFO] [logging.py:96:log_dist] …``."""
+    return f"[{when:%Y-%m-%d %H:%M:%S},{when.microsecond // 1000:03d}] [INFO] [{where}] {text}"
+
+
+def deepspeed_steps(rank: int, start: datetime, end: datetime, normal_s: float, every: int,
+                    slow_rank: int | None = None, slow_from: datetime | None = None, slow_s: float = 0.0,
+                    batch: int = 64) -> list[str]:
+    """What a DeepSpeed rank prints every ``every`` steps with ``wall_clock_breakdown``: the progress
+    line, the timers (forward, backward with and without the all-reduce wait, optimizer step, in ms)
+    and the throughput timer. From ``slow_from`` on ``slow_rank`` computes slower and the others wait
+    for it in the all-reduce, so every step takes ``slow_s``."""
+    out, when, step, samples = [], start, 0, 0.0
+    fwd, bwd, opt = 0.296 * normal_s * 1000, 0.560 * normal_s * 1000, 0.118 * normal_s * 1000
+    while True:
+        slow = slow_from is not None and when >= slow_from
+        step_s = slow_s if slow else normal_s
+        when += timedelta(seconds=every * step_s)
+        if when >= end:
+            return out
+        step += every
+        samples += every * batch
+        factor = slow_s / normal_s if slow and rank == slow_rank else 1.0
+        jitter = 1 + ((rank * 7 + step // every * 3) % 5 - 2) / 200
+        f, b, o = fwd * factor * jitter, bwd * factor * jitter, opt * factor
+        wait = step_s * 1000 - f - b - o
+        out.append(deepspeed_log(when, "logging.py:96:log_dist",
+                                 f"[Rank {rank}] step={step}, skipped=0, lr=[0.00024], mom=[(0.9, 0.95)]"))
+        out.append(deepspeed_log(when, "logging.py:96:log_dist",
+                                 f"[Rank {rank}] rank={rank} time (ms) | forward: {f:.2f} | backward: {b + wait:.2f} | "
+                                 f"backward_inner: {b:.2f} | backward_allreduce: {wait:.2f} | step: {o:.2f}"))
+        out.append(deepspeed_log(when, "timer.py:260:stop",
+                                 f"epoch=0/micro_step={step}/global_step={step}, RunningAvgSamplesPerSec="
+                                 f"{samples / (when - start).total_seconds():.6f}, CurrSamplesPerSec="
+                                 f"{batch / step_s:.6f}, MemAllocated=31.2GB, MaxMemAllocated=58.9GB"))
