@@ -347,9 +347,11 @@ class History:
         return out
 
     def offenders(self, *, host: str | None = None, gpu: str | None = None, since: datetime | None = None,
-                  min_incidents: int = 2) -> list[Offender]:
-        """GPUs and hosts named as culprits in at least ``min_incidents`` incidents since ``since``,
-        most incidents first; ``host`` and ``gpu`` (serial, UUID or bus id) narrow the list."""
+                  min_incidents: int | None = None) -> list[Offender]:
+        """GPUs and hosts named as culprits in at least ``min_incidents`` incidents (default:
+        :func:`least_incidents`) since ``since``, most incidents first; ``host`` and ``gpu`` (serial,
+        UUID or bus id) narrow the list."""
+        least = least_incidents(min_incidents, host=host, gpu=gpu)
         since = utc_naive(since)
         rows = [(c, p) for c, p in self.culprit_rows()
                 if since is None or (p.started_at is not None and p.started_at >= since)]
@@ -364,7 +366,7 @@ class History:
                 if c.host and (host is None or c.host == host):
                     by_host.setdefault(c.host, []).append((c, p))
             found.extend(_offender("host", group) for group in by_host.values())
-        found = [o for o in found if len(o.incidents) >= min_incidents]
+        found = [o for o in found if len(o.incidents) >= least]
         return sorted(found, key=lambda o: (-len(o.incidents), o.what != "gpu", o.label))
 
     def seen_before_bundle(self, bundle: Bundle, analysis: dict[str, Any]) -> list[dict[str, Any]]:
@@ -385,6 +387,14 @@ class History:
             out.append(_seen("host", f"host {host}", Culprit(cause="", layer=None, score=None, marked=False,
                                                              host=host, gpu=None), past))
         return out
+
+
+def least_incidents(min_incidents: int | None, *, host: str | None = None, gpu: str | None = None) -> int:
+    """Incidents an offender needs to be listed: as asked, else 2 (a repeat), else 1 when the
+    question already names a host or a GPU (its whole record is wanted)."""
+    if min_incidents is not None:
+        return min_incidents
+    return 1 if host is not None or gpu is not None else 2
 
 
 def _file_name(incident_id: str) -> str:
@@ -421,8 +431,10 @@ def _distinct_gpus(culprits: Iterable[Culprit]) -> list[Culprit]:
 
 
 def _gpu_groups(rows: list[tuple[Culprit, PastIncident]]) -> list[list[tuple[Culprit, PastIncident]]]:
-    """Culprit rows that name the same physical GPU (:meth:`Culprit.same_gpu`), grouped."""
+    """Culprit rows that name the same physical GPU (:meth:`Culprit.same_gpu`), grouped. Two groups
+    that know different UUIDs stay apart even when a row without a UUID matches both on the serial."""
     parent = list(range(len(rows)))
+    uuids = [{c.uuid.lower()} if c.uuid else set() for c, _ in rows]
 
     def find(i: int) -> int:
         while parent[i] != i:
@@ -442,7 +454,10 @@ def _gpu_groups(rows: list[tuple[Culprit, PastIncident]]) -> list[list[tuple[Cul
         for i in members:
             for j in members:
                 if i < j and rows[i][0].same_gpu(rows[j][0]):
-                    parent[find(j)] = find(i)
+                    a, b = find(i), find(j)
+                    if a != b and not (uuids[a] and uuids[b] and uuids[a] != uuids[b]):
+                        parent[b] = a
+                        uuids[a] |= uuids[b]
     groups: dict[int, list[tuple[Culprit, PastIncident]]] = {}
     for i, row in enumerate(rows):
         groups.setdefault(find(i), []).append(row)

@@ -12,7 +12,7 @@ from datetime import datetime
 from workbench.bundle import Bundle, BundleError
 from workbench.commands._args import positive_int
 from workbench.errors import UsageError
-from workbench.history import History, Offender, date_of, history_dir, record_of
+from workbench.history import History, Offender, date_of, history_dir, least_incidents, record_of
 from workbench.table import printable
 from workbench.timespec import parse_since
 
@@ -44,8 +44,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("history show takes no BUNDLE (use history add)")
     history = History.open(directory)
     since = parse_since(args.since) if args.since else None
-    narrowed = args.host is not None or args.gpu is not None
-    least = args.min_incidents or (1 if narrowed else 2)
+    least = least_incidents(args.min_incidents, host=args.host, gpu=args.gpu)
     offenders = history.offenders(host=args.host, gpu=args.gpu, since=since, min_incidents=least)
     total = len(history.incidents())
     if args.json:
