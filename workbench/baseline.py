@@ -368,3 +368,37 @@ def _compare_gpu(bus: str, was: dict[str, Any], state: dict[str, Any], drift: An
 
 def _link(gen: int | None, width: int | None) -> str:
     return " ".join(p for p in (f"Gen{gen}" if gen is not None else "", f"x{width}" if width is not None else "") if p)
+
+
+# -- drift as analysis evidence ------------------------------------------------------------------
+
+def analysis_drift(bundle: Bundle, doc: dict[str, Any], analysis: dict[str, Any]) -> dict[str, Any]:
+    """The ``baseline_drift`` object of ``analyze --json``: the comparison, each drift naming the rank of
+    the hypothesis it supports (same cause, same host, same GPU when both name one), else null."""
+    result = compare(bundle, doc).to_json()
+    for drift in result["drift"]:
+        drift["hypothesis"] = next((h["rank"] for h in analysis.get("hypotheses") or [] if _supports(drift, h)), None)
+    return result
+
+
+def _supports(drift: dict[str, Any], hypothesis: dict[str, Any]) -> bool:
+    if not drift["supports"] or hypothesis.get("cause") != drift["supports"]:
+        return False
+    if (hypothesis.get("host") or NO_HOST) != drift["host"]:
+        return False
+    return not hypothesis.get("gpu") or not drift["gpu"] or hypothesis["gpu"] == drift["gpu"]
+
+
+def drift_lines(section: dict[str, Any]) -> list[str]:
+    """``analyze``'s text for its ``baseline_drift`` object."""
+    source = section.get("baseline") or {}
+    out = [f"Drift from the accepted baseline (accepted {source.get('accepted_at') or '?'}, "
+           f"bundle {(source.get('source') or {}).get('bundle') or '?'}):"]
+    for d in section.get("drift") or []:
+        link = f"  (supports #{d['hypothesis']} {d['supports']})" if d.get("hypothesis") else ""
+        out.append(f"  {d['severity']:<7} {_host(d['host'])}: {d['message']}{link}")
+    if not section.get("drift"):
+        out.append("  none: " + ("every compared fact is as accepted" if section.get("hosts")
+                                 else "no host of the baseline is in this bundle"))
+    out.extend(f"  unchecked {line}" for line in section.get("unchecked") or [])
+    return out

@@ -195,3 +195,35 @@ def test_save_refuses_a_host_the_bundle_lacks(tmp_path: Path) -> None:
     assert not (tmp_path / "x.json").exists()
     with Bundle.open(bundle) as b:
         assert set(baseline.build(b, host="node07")["hosts"]) == {"node07"}
+
+
+def degraded(tmp_path: Path) -> Path:
+    return capture(tmp_path, "degraded",
+                   q={"Driver Version                            : 535.129.03":
+                      "Driver Version                            : 535.183.01"},
+                   second_gpu={"Current                   : 5": "Current                   : 4",
+                               "Current                   : 16x": "Current                   : 8x"})
+
+
+def test_analyze_lists_drift_as_evidence_of_the_hypothesis_it_supports(tmp_path: Path, accepted: Path) -> None:
+    later = degraded(tmp_path)
+    code, out, err = run_cli("analyze", later, "--json", "--baseline", accepted)
+    assert code == 0, err
+    doc = json.loads(out)
+    section = doc["baseline_drift"]
+    assert set(section) == {"baseline", "hosts", "drift", "unchecked"}
+    link = next(d for d in section["drift"] if d["kind"] == "pcie_link_down")
+    hypothesis = next(h for h in doc["hypotheses"] if h["rank"] == link["hypothesis"])
+    assert (hypothesis["cause"], hypothesis["host"], hypothesis["gpu"]) == ("pcie_link_degraded", "node07",
+                                                                           "0000:5d:00.0")
+    code, text, _ = run_cli("analyze", later, "--baseline", accepted)
+    assert code == 0
+    tail = text[text.index("Drift from the accepted baseline"):]
+    assert f"error   node07: 0000:5d:00.0 runs PCIe Gen4 x8; accepted at Gen5 x16  (supports #{link['hypothesis']} " \
+           "pcie_link_degraded)" in tail
+    assert "warning node07: node07 runs driver 535.183.01; accepted at 535.129.03" in tail
+    assert "baseline_drift" not in json.loads(run_cli("analyze", later, "--json")[1])
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    code, out, err = run_cli("analyze", later, "--baseline", bad)
+    assert (code, out) == (2, "") and "is not a gpuwb baseline" in err

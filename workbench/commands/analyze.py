@@ -26,16 +26,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=positive_int, default=5, metavar="N", help="hypotheses to print (text output)")
     parser.add_argument("--history", metavar="DIR",
                         help="say which culprits the incident history in DIR has seen before (default $GPUWB_HISTORY)")
+    parser.add_argument("--baseline", metavar="FILE",
+                        help="list drift from the accepted baseline FILE (gpuwb baseline save) as evidence")
 
 
 def run(args: argparse.Namespace) -> int:
     from workbench.analysis import analyze  # deferred: keeps `gpuwb --help` fast
+    from workbench.baseline import analysis_drift
+    from workbench.baseline import load as load_baseline
     from workbench.history import History, history_dir
 
     history = history_dir(args.history)
     catalog = History.open(history) if history else None  # a bad folder is refused before the analysis runs
+    accepted = load_baseline(args.baseline) if args.baseline else None  # so is a bad baseline file
     with Bundle.open(args.bundle) as bundle:
         result = analyze(bundle, workload=args.workload)
+        if accepted is not None:
+            result["baseline_drift"] = analysis_drift(bundle, accepted, result)
         if catalog is not None:
             result["seen_before"] = catalog.seen_before_bundle(bundle, result)
     if args.json:
@@ -101,4 +108,9 @@ def render(result: Analysis, *, top: int = 5) -> str:
 
         out.append("")
         out.extend(seen_before_lines(result.raw["seen_before"]))
+    if "baseline_drift" in result.raw:
+        from workbench.baseline import drift_lines
+
+        out.append("")
+        out.extend(drift_lines(result.raw["baseline_drift"]))
     return "\n".join(out) + "\n"
