@@ -45,10 +45,12 @@ MAX_LANES = 16
 # -- building the model ----------------------------------------------------------------------------
 
 def build(bundle: Bundle, *, analysis: dict[str, Any] | None = None, causes: dict[str, Any] | None = None,
-          generated_at: datetime | None = None, verify: bool = True, isolation: bool = False) -> dict[str, Any]:
+          generated_at: datetime | None = None, verify: bool = True, isolation: bool = False,
+          history: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Everything the postmortem says, as plain data. ``analysis`` and ``causes`` default to the
     engine's and the catalog's; tests inject fixed ones, and ``generated_at`` for stable output.
-    ``isolation`` adds the isolation and change rules (workbench/isolation.py) under that key."""
+    ``isolation`` adds the isolation and change rules (workbench/isolation.py) under that key;
+    ``history`` (a folder) what the incident history has seen of the culprits, under that key."""
     analysis_error = None
     if analysis is None:
         analysis, analysis_error = _run_analysis(bundle)
@@ -88,6 +90,10 @@ def build(bundle: Bundle, *, analysis: dict[str, Any] | None = None, causes: dic
         from workbench.isolation import for_report
 
         model["isolation"] = for_report(bundle, model, hyps, causes, CONTRIBUTING_MIN_SCORE)
+    if history is not None:
+        from workbench.history import History
+
+        model["history"] = History.open(history).seen_before_bundle(bundle, analysis)
     return model
 
 
