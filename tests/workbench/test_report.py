@@ -104,7 +104,8 @@ def test_markdown_parses_into_the_expected_sections_and_tables(outputs):
     headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open" and t.tag == "h2"]
     assert headings == ["Summary", "Impact", "Timeline (UTC)", "Root cause and trigger",
                         "Layered findings (business → hardware)", "Contributing factors",
-                        "What went well, what went wrong, where we got lucky", "Action items", "Evidence appendix"]
+                        "What went well, what went wrong, where we got lucky", "Action items",
+                        "Monitoring that would have caught it", "Evidence appendix"]
     rows = sum(1 for t in tokens if t.type == "tr_open")
     assert rows > 30
     # the action item whose title holds a pipe stays one row of seven cells

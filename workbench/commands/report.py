@@ -12,7 +12,9 @@ from pathlib import Path
 from workbench import isolation
 from workbench.bundle import Bundle
 from workbench.errors import UsageError
+from workbench.history import History, history_dir
 from workbench.report import FORMATS, build, render
+from workbench.rules_test import rule_files, test_file_name
 from workbench.table import printable
 from workbench.timespec import parse_instant
 
@@ -28,6 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     parser.add_argument("--generated-at", metavar="ISO", help="the report's 'generated' time (reproducible output)")
     parser.add_argument("--no-verify", action="store_true", help="skip re-hashing the evidence (large bundles)")
+    parser.add_argument("--rules", metavar="FILE",
+                        help="also write the Prometheus alert rules of the incident's causes (thresholds from its "
+                             "own baseline) to FILE")
+    parser.add_argument("--rules-test", metavar="DIR",
+                        help="with --rules: also write a promtool unit test fed with the bundle's samples to DIR "
+                             "(promtool test rules DIR/NAME_test.yaml)")
+    parser.add_argument("--history", metavar="DIR",
+                        help="add what the incident history in DIR has seen of the culprits (default $GPUWB_HISTORY)")
     parser.add_argument("--isolation", metavar="DIR",
                         help="also write the isolation and change rules (slurm.sh, kubectl.sh, k8s.yaml, "
                              "change-freeze.yaml) to DIR and add their section to the report")
@@ -46,12 +56,29 @@ def run(args: argparse.Namespace) -> int:
     at = parse_instant(args.generated_at) if args.generated_at else None
     if args.output:
         check_output(Path(args.output))  # before the minutes a big report can take
+    if args.rules or args.rules_test:
+        check_rules_paths(args.rules, args.rules_test)
     if args.isolation and Path(args.isolation).exists() and not Path(args.isolation).is_dir():
         raise UsageError(f"--isolation {args.isolation} is a file; give a folder")
+    history = history_dir(args.history)
+    if history:
+        History.open(history)  # a bad folder is refused before the minutes a big report can take
     with Bundle.open(args.bundle) as bundle:
-        model = build(bundle, generated_at=at, verify=not args.no_verify, isolation=bool(args.isolation))
+        model = build(bundle, generated_at=at, verify=not args.no_verify, isolation=bool(args.isolation),
+                      history=history)
         # printable: a log line's escape sequences must not drive the terminal of whoever cats the file
         text = printable(render(model, fmt))
+        if args.rules:
+            group = f"gpuwb-{model['header']['incident_id'] or Path(args.bundle).stem}"
+            rules_text, test_text = rule_files(bundle, model["monitoring"], Path(args.rules),
+                                               Path(args.rules_test) if args.rules_test else None, group)
+    if args.rules:
+        write_atomically(Path(args.rules), rules_text)
+        print(f"wrote {args.rules} ({len(model['monitoring']['rules'])} alert rules)", file=sys.stderr)
+    if args.rules and args.rules_test and test_text is not None:
+        test_path = Path(args.rules_test) / test_file_name(Path(args.rules))
+        write_atomically(test_path, test_text)
+        print(f"wrote {test_path} (promtool test rules {test_path})", file=sys.stderr)
     if args.isolation:
         written = isolation.write(model["isolation"], Path(args.isolation))
         print(f"wrote isolation rules: {', '.join(str(p) for p in written)}", file=sys.stderr)
@@ -62,6 +89,21 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def check_rules_paths(rules: str | None, test_dir: str | None) -> None:
+    """--rules names a file beside the others (never evidence); --rules-test needs it and a folder,
+    created when missing."""
+    if not rules:
+        raise UsageError("--rules-test needs --rules FILE (the test loads that rule file)")
+    path = Path(rules)
+    if path.is_dir() or not path.parent.is_dir() or _is_duckdb(path):
+        raise UsageError(f"--rules {rules}: give a file name in an existing folder, not a folder or a bundle")
+    if test_dir:
+        folder = Path(test_dir)
+        if folder.exists() and not folder.is_dir():
+            raise UsageError(f"--rules-test {test_dir} is a file; give a folder")
+        folder.mkdir(parents=True, exist_ok=True)
 
 
 def check_output(output: Path) -> None:
