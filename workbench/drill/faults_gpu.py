@@ -5,10 +5,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from workbench.drill import lines as fmt
 from workbench.drill.registry import fault
+from workbench.drill.serving import Service
 from workbench.drill.training import Job
 
 SITE = "/usr/local/lib/python3.10/dist-packages"
@@ -178,3 +179,85 @@ def _smi_ecc(job: Job) -> Callable[[str], str]:
         return head + sep + section + ("" if nxt < 0 else rest[nxt:])
     return edit
 
+
+
+@fault("kv_cache_pressure", "inference")
+def kv_cache_pressure_inference(svc: Service) -> None:
+    """One replica's KV cache runs full (its memory budget was the smallest): it preempts requests and they queue."""
+    d = svc.d
+    d.title = f"{svc.model}: latency up on one replica"
+    pod = svc.pods[svc.victim]
+    lines = [f"INFO {d.start:%m-%d %H:%M:%S} api_server.py:585] vLLM API server version 0.6.3",
+             f"INFO {d.start:%m-%d %H:%M:%S} gpu_executor.py:122] # GPU blocks: 9166, # CPU blocks: 3276"]
+    total = 0
+    for k in range(d.rng.randint(5, 9)):
+        when = d.fault + timedelta(seconds=20 + k * d.rng.randint(15, 60))
+        total += d.rng.randint(1, 40)
+        lines.append(f"WARNING {when:%m-%d %H:%M:%S} scheduler.py:1057] Sequence group {d.rng.randint(100, 9000)} is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can affect the end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption={total}")
+    d.add(f"{d.culprit}/logs/{pod}.log", *lines)
+
+    def effect(p: int, t: datetime, s: dict[str, float]) -> None:
+        if p == svc.victim:
+            level = svc.ramp(t, over_s=60)
+            s["kv"] += (0.995 - s["kv"]) * level
+            s["waiting"] += 120 * level
+            s["slow"] = 0.4 * level
+            s["preempt"] = 2.0 * level
+    svc.effects.append(effect)
+
+
+@fault("gpu_contention", "inference")
+def gpu_contention_inference(svc: Service) -> None:
+    """A stray training job lands on a serving GPU; the vLLM pod there restarts and cannot get its memory back."""
+    d = svc.d
+    d.title = f"{svc.model}: a replica in CrashLoopBackOff"
+    d.place_gpu = True
+    pod, node = svc.pods[svc.victim], d.culprit
+    free = d.rng.uniform(20, 40)
+    lines = []
+    for k in range(3):
+        when = d.fault + timedelta(seconds=50 + k * 40)
+        lines += [f"INFO {when:%m-%d %H:%M:%S} api_server.py:585] vLLM API server version 0.6.3",
+                  f"ERROR {when:%m-%d %H:%M:%S} engine.py:158] ValueError: Free memory on device cuda:{d.local} ({free:.2f}/79.10 GiB) on startup is less than desired GPU memory utilization (0.9, 71.19 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."]
+    d.add(f"{node}/logs/{pod}.log", *lines)
+    svc.event(d.fault + timedelta(seconds=40), "Killing", "Container vllm failed liveness probe, will be restarted", obj=pod, node=node,
+              typ="Normal")
+    svc.event(d.fault + timedelta(seconds=140), "BackOff", f"Back-off restarting failed container vllm in pod {pod}_serving",
+              obj=pod, node=node, count=3)
+
+    def effect(p: int, t: datetime, s: dict[str, float]) -> None:
+        if t < d.fault:
+            return
+        if p == svc.victim:
+            s["latency"] = 3.0
+            if t >= d.fault + timedelta(seconds=40):
+                s["up"] = 0.0
+            return
+        if t >= d.fault + timedelta(seconds=40):
+            svc.absorb(s)
+    svc.effects.append(effect)
+
+
+@fault("gpu_runtime_misconfigured", "inference")
+def gpu_runtime_misconfigured_inference(svc: Service) -> None:
+    """A node rebuilt from a new image has no NVIDIA container runtime: the device plugin finds no NVML and the replica cannot be placed."""
+    d = svc.d
+    d.title = f"{svc.model}: a replica stays Pending after a node rebuild"
+    node, pod = d.culprit, svc.pods[svc.victim]
+    for k in range(4):
+        when = d.fault + timedelta(seconds=k * 30)
+        d.add(f"{node}/nvidia-device-plugin.log",
+              f"{when:%Y-%m-%dT%H:%M:%S}.{d.rng.randint(0, 999_999_999):09d}+00:00 stderr F {when:%Y/%m/%d %H:%M:%S} Loading NVML",
+              f"{when:%Y-%m-%dT%H:%M:%S}.{d.rng.randint(0, 999_999_999):09d}+00:00 stderr F {when:%Y/%m/%d %H:%M:%S} Failed to initialize NVML: could not load NVML library.")
+    svc.event(d.fault + timedelta(seconds=90), "FailedScheduling",
+              f"0/{len(svc.pods) + 4} nodes are available: 1 Insufficient nvidia.com/gpu, {len(svc.pods) + 3} node(s) didn't match Pod's node affinity/selector.",
+              obj=pod, component="default-scheduler", count=9)
+
+    def effect(p: int, t: datetime, s: dict[str, float]) -> None:
+        if t < d.fault:
+            return
+        if p == svc.victim:
+            s["up"] = 0.0
+            return
+        svc.absorb(s)
+    svc.effects.append(effect)

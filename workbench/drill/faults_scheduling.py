@@ -4,10 +4,11 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from workbench.drill import lines as fmt
 from workbench.drill.registry import fault
+from workbench.drill.serving import Service
 from workbench.drill.training import Job
 
 
@@ -65,3 +66,54 @@ def host_oom_kill_training(job: Job) -> None:
               f"oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0-1,global_oom,task_memcg=/slurm/uid_1001/job_{d.job}/step_0,task=python3,pid={pid},uid=1001",
               f"Out of memory: Killed process {pid} (python3) total-vm:187421320kB, anon-rss:{d.rng.randint(130, 190)}371844kB, file-rss:81920kB, shmem-rss:2097152kB, UID:1001 pgtables:289412kB oom_score_adj:0")
     job.stop(d.fault)
+
+
+@fault("insufficient_capacity", "inference")
+def insufficient_capacity_inference(svc: Service) -> None:
+    """Replicas added for a launch stay Pending: no node has a free GPU and the autoscaler is at its limit."""
+    d = svc.d
+    d.title = f"{svc.model}: requests queue after a planned scale-out"
+    d.place_host = False
+    wanted = len(svc.pods) + d.rng.randint(2, 4)
+    svc.event(d.fault - timedelta(seconds=3), "ScalingReplicaSet", f"Scaled up replica set vllm to {wanted}",
+              kind="Deployment", obj="vllm", typ="Normal", component="deployment-controller")
+    for j in range(wanted - len(svc.pods)):
+        pending = f"vllm-pending-{d.job % 1000}-{j}"
+        svc.event(d.fault + timedelta(seconds=j), "FailedScheduling",
+                  f"0/{len(svc.pods) + 6} nodes are available: {len(svc.pods)} Insufficient nvidia.com/gpu, 6 node(s) didn't match Pod's node affinity/selector. preemption: 0/{len(svc.pods) + 6} nodes are available: {len(svc.pods) + 6} No preemption victims found for incoming pod.",
+                  obj=pending, component="default-scheduler", count=20 + j)
+        svc.event(d.fault + timedelta(seconds=j + 10), "NotTriggerScaleUp",
+                  "pod didn't trigger scale-up: 1 max node group size reached", obj=pending, typ="Normal",
+                  component="cluster-autoscaler")
+    # the traffic the launch brought lands on the replicas that exist
+    def effect(p: int, t: datetime, s: dict[str, float]) -> None:
+        level = svc.ramp(t, delay_s=60, over_s=120)
+        s["rate"] *= 1 + 0.5 * level
+        s["waiting"] += 60 * level
+        s["slow"] = 0.2 * level
+        s["kv"] += (0.9 - s["kv"]) * level
+    svc.effects.append(effect)
+
+
+@fault("pod_eviction", "inference")
+def pod_eviction_inference(svc: Service) -> None:
+    """The kubelet of one node evicts the vLLM pod there (model cache downloads filled ephemeral storage); the survivors take its load."""
+    d = svc.d
+    d.title = f"{svc.model}: errors and latency up, a replica gone"
+    node, pod = d.culprit, svc.pods[svc.victim]
+    svc.event(d.fault - timedelta(seconds=20), "EvictionThresholdMet", "Attempting to reclaim ephemeral-storage",
+              kind="Node", obj=node, node=node)
+    svc.event(d.fault, "Evicted",
+              f"The node was low on resource: ephemeral-storage. Threshold quantity: 21913043992, available: {d.rng.randint(9, 20)}912Ki. Container vllm was using {d.rng.randint(90, 180)}Gi, request is 0, has larger consumption of ephemeral-storage.",
+              obj=pod, node=node)
+    svc.event(d.fault + timedelta(seconds=1), "Killing", "Stopping container vllm", obj=pod, node=node, typ="Normal")
+
+    def effect(p: int, t: datetime, s: dict[str, float]) -> None:
+        if t < d.fault:
+            return
+        if p == svc.victim:
+            s["up"] = 0.0
+            return
+        svc.absorb(s)
+        s["fail"] = 0.03
+    svc.effects.append(effect)

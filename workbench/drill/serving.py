@@ -26,6 +26,8 @@ NAMESPACE = "serving"
 IMAGE = "vllm/vllm-openai:v0.6.3"
 TTFT_BOUNDS = [0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0]
 E2E_BOUNDS = [1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0]
+HEADROOM = 1.4
+"""How much more than its usual rate a replica serves once its batches are full."""
 PROMPT_BOUNDS = [256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0]
 
 Effect = Callable[[int, datetime, dict[str, float]], None]
@@ -57,6 +59,14 @@ class Service:
         uid = f"{0x17f3a2c9e5b8d000 + len(self.events) * 0x1d3 + self.d.job:x}"
         self.events.append(fmt.k8s_event(uid, when, reason, message, kind, obj or self.pods[self.victim], NAMESPACE,
                                          node, typ=typ, count=count, component=component))
+
+    def absorb(self, s: dict[str, float]) -> None:
+        """A survivor's share of a lost replica's traffic: it serves what its full batches allow (at
+        most ``HEADROOM`` times its usual rate), the rest waits in its queue."""
+        share = len(self.pods) / max(1, len(self.pods) - 1)
+        s["rate"] *= min(share, HEADROOM)
+        s["waiting"] += 40 + 60 * max(0.0, share - HEADROOM)
+        s["slow"] = max(s["slow"], 0.2)
 
     def ramp(self, t: datetime, delay_s: float = 0.0, over_s: float = 60.0) -> float:
         """0 before the fault (plus ``delay_s``), rising to 1 over ``over_s`` seconds."""
