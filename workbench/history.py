@@ -321,7 +321,7 @@ class History:
         if not files:
             return []
         try:
-            rel = duckdb.connect().read_parquet([str(f) for f in files], union_by_name=True)
+            rel = duckdb.connect().read_parquet([str(f) for f in files])
             return [dict(zip(rel.columns, row)) for row in rel.fetchall()]
         except duckdb.Error as exc:
             raise HistoryError(f"incident history {self.root} cannot be read: "
