@@ -227,8 +227,10 @@ _DRIVER = re.compile(r"NVRM: loading NVIDIA UNIX (?:(?P<open>Open )|[\w-]+ )?Ker
 _HEARTBEAT = re.compile(r"Heartbeat timed out,.*?diff (?P<diff>\d+) timeout (?P<timeout>\d+)")
 _ANY_PCI = re.compile(rf"(?:PCI:|\b)(?P<pci>{PCI})\b")
 _GPU_INDEX = re.compile(r"\bGPU(\d{1,2})\b")
-_ERRORISH = re.compile(r"error|fail|timeout|timed out|halt|exception|fault|fallen|lost|unable|invalid|not responding",
-                       re.IGNORECASE)
+ERROR_WORDS = r"error|fail|timeout|timed out|halt|exception|fault|fallen|lost|unable|invalid|not responding"
+"""Words that make a driver's line worth an event (matched case-insensitively); the block prefilter of
+collectors/kernel.py asks for them too, so it must see this same list."""
+_ERRORISH = re.compile(ERROR_WORDS, re.IGNORECASE)
 
 _SXID = re.compile(rf"(?P<dev>[\w-]*nvswitch\d*): SXid \(PCI:(?P<pci>{PCI})\):\s*(?P<sxid>\d+),?\s*(?P<rest>.*)")
 _AER_RECEIVED = re.compile(rf"(?P<dev>{PCI}): AER: (?:Multiple )?(?P<sev>Corrected|Uncorrected \((?:Non-Fatal|Fatal)\)|"

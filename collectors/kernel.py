@@ -10,7 +10,8 @@ is counted twice.
 Parsing is built for multi-GB logs: the bytes are scanned in 4 MiB blocks by a prefilter (one RE2
 pass for the keywords' short windows, or numpy compares for a few rare anchor bytes then an 8-byte window
 check around each anchor), so only lines that can be events reach the per-line regexes of
-collectors/_kernel_lines.py. Line counts come
+collectors/_kernel_lines.py. The RE2 pass also narrows the keywords a busy Kubernetes node prints on
+most lines (NARROWED), so a chatty log costs about what a quiet one does. Line counts come
 from the same newline index; nothing holds more than a block in memory.
 """
 
@@ -19,11 +20,22 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from typing import Any, BinaryIO
 
-from collectors._kernel_lines import STAMPED, Classifier, Prefix, Record, Stamp, exact, resolve, split_prefix
+from collectors._kernel_lines import (
+    CONTAINER_INTERFACES,
+    ERROR_WORDS,
+    STAMPED,
+    Classifier,
+    Prefix,
+    Record,
+    Stamp,
+    exact,
+    resolve,
+    split_prefix,
+)
 from collectors.base import MAX_LINE_BYTES, Artifact, CaptureContext, Event, ParseContext, Row, Skipped
 
 NAME = "kernel"
@@ -226,6 +238,11 @@ KEYWORDS = (b"NVRM", b"SXid", b"AER:", b"PCIe Bus Error", b"DPC: containment", b
             b"protection fault", b"nvidia", b"I/O error", b"Linux version", b"fabricmanager", b"Driver/library")
 """Literals a line must hold to be looked at by the per-line parser; every handler of
 collectors/_kernel_lines.py is reachable through at least one of them."""
+NARROWED = (b"mlx5_", b"nvidia", b"link becomes ready", b"link is not ready")
+"""Keywords that most lines of a busy Kubernetes GPU node hold without being evidence (the mlx5 firmware
+tracer, nvidia-uvm loading per container, veth pairs becoming ready per pod): the RE2 pass keeps such a
+line only with what a handler or signature needs from it (_narrowed); the numpy pass keeps them all,
+and the lines it keeps besides make no rows."""
 
 RARITY = b"QZJXVKWYHBRwLDOvxfUGFqzjkyCIPMTNASEbgpmhucdltrisnoae"
 """Bytes from rarest to commonest in kernel logs: each keyword is anchored at its rarest byte, and
@@ -241,12 +258,14 @@ class _Prefilter:
     one RE2 alternation find the same lines about twice as fast when hits are few (a quiet log): a
     window holds no newline, so every line holding one gets a match."""
 
-    def __init__(self) -> None:
+    def __init__(self, anchors: Iterable[str] = ()) -> None:
         import numpy as np  # deferred: numpy costs ~0.1 s to import and capture never needs it
 
         self.np = np
         by_mask: dict[int, set[int]] = {}
-        anchors: set[int] = set()
+        anchor_bytes: set[int] = set()
+        plain: set[bytes] = set()
+        narrowed: set[bytes] = set()
         for kw in KEYWORDS:
             i = min(range(len(kw)), key=lambda j: (RARITY.find(bytes([kw[j]])) % 1000,
                                                    -(min(j, 3) + min(len(kw) - j, 5))))
@@ -255,11 +274,11 @@ class _Prefilter:
             shift = 3 - (i - lo)
             by_mask.setdefault(((1 << (8 * len(window))) - 1) << (8 * shift), set()).add(
                 int.from_bytes(window, "little") << (8 * shift))
-            anchors.add(kw[i])
-        self.anchors = sorted(anchors)
+            anchor_bytes.add(kw[i])
+            (narrowed if kw in NARROWED else plain).add(window)
+        self.anchors = sorted(anchor_bytes)
         self.masks = [(np.uint64(mask), np.array(sorted(vals), dtype=np.uint64)) for mask, vals in by_mask.items()]
-        self.windows = _windows_regex({int(v).to_bytes(8, "little").strip(b"\0")
-                                       for _, vals in self.masks for v in vals})
+        self.windows = _windows_regex(plain, sorted(narrowed - plain), anchors)
 
     def scan(self, block: bytes) -> tuple[Any, Any]:
         """(newline positions, sorted positions inside the candidate lines) of one block."""
@@ -296,8 +315,6 @@ class _Parser:
     def __init__(self, kind: str, ctx: ParseContext) -> None:
         self.kind = kind
         self.ctx = ctx
-        self.prefilter = _Prefilter()
-        self.np = self.prefilter.np
         self.classifier = Classifier()
         # deferred: live capture imports this module on a bare node and never parses there
         from collectors._signatures import catalog as signature_catalog
@@ -306,6 +323,9 @@ class _Parser:
             self.signatures = signature_catalog()
         except (ImportError, OSError, ValueError):  # a broken catalog or RE2 install must not cost the kernel's events
             self.signatures = None
+        anchors = {a for sig in self.signatures.signatures for a in sig.anchors} if self.signatures else set()
+        self.prefilter = _Prefilter(anchors)
+        self.np = self.prefilter.np
         self.last_stamp: Stamp | None = None
         self.referenced: set[str] = set()
         self.boot_cut = None
@@ -524,13 +544,53 @@ def _following(block: bytes, starts: Any, idx: int):
     return read
 
 
-def _windows_regex(windows: set[bytes]) -> Any:
-    """One RE2 alternation of the prefilter's windows; None where RE2 is not installed (numpy does it all)."""
+def _windows_regex(plain: set[bytes], narrowed: list[bytes], anchors: Iterable[str]) -> Any:
+    """One RE2 alternation of the prefilter's windows; None where RE2 is not installed (numpy does it all).
+    The windows of the NARROWED keywords count only with what a line needs to become a row (_narrowed)."""
     try:
         import re2
     except ImportError:
         return None
-    return re2.compile(b"|".join(re.escape(w) for w in sorted(windows, key=lambda w: (-len(w), w))))
+    options = re2.Options()
+    options.max_mem = 64 << 20
+    alternatives = [re.escape(w) for w in sorted(plain, key=lambda w: (-len(w), w))]
+    return re2.compile(b"|".join(alternatives + _narrowed(narrowed, anchors)), options)
+
+
+def _narrowed(windows: list[bytes], anchors: Iterable[str]) -> list[bytes]:
+    """RE2 alternatives that keep a line holding a NARROWED keyword's window only where a row can come
+    of it: an error word on its line (rdma_error, nvidia_module), ``traps:`` (a trap in a GPU library), a
+    signature anchor (the catalog runs on candidate lines), for an interface becoming ready an interface
+    that is not container plumbing, or an indented line before or after it (a record of several lines
+    is judged whole by the parser). Each alternative starts on the window's own line."""
+    if not windows:
+        return []
+    window = b"(?:" + b"|".join(re.escape(w) for w in windows) + b")"
+    line = rb"[^\n]*"
+    errors = b"(?i:" + ERROR_WORDS.encode() + b")"
+    extra = b"(?:" + b"|".join(re.escape(a.encode()) for a in sorted({"traps:", *anchors})) + b")"
+    return [window + line + b"(?:" + errors + b"|" + extra + rb"|\n[ \t])",
+            extra + line + window,
+            errors + line + window,
+            rb"(?m:^)[ \t]" + line + window,
+            rb"ADDRCONF\(NETDEV_\w+\): " + _not_prefixed(CONTAINER_INTERFACES)
+            + rb": link (?:is not ready|becomes ready)"]
+
+
+def _not_prefixed(prefixes: tuple[str, ...]) -> bytes:
+    """An RE2 pattern for an interface name (``[\\w.@-]+``) that starts with none of ``prefixes``."""
+    name = sorted(set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.@-"))
+
+    def node(done: str, root: bool) -> bytes:
+        following = sorted({p[len(done)] for p in prefixes if p.startswith(done) and len(p) > len(done)})
+        other = "".join(re.escape(c) for c in name if c not in following)
+        parts = [b"[" + other.encode() + rb"][\w.@-]*"]
+        parts += [re.escape(c.encode()) + node(done + c, False) for c in following if done + c not in prefixes]
+        if not root:
+            parts.append(b"")
+        return b"(?:" + b"|".join(parts) + b")"
+
+    return node("", True)
 
 
 def _safe_cut(data: bytes) -> int:

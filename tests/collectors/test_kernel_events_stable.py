@@ -91,20 +91,76 @@ def _candidate_lines(prefilter: kernel._Prefilter, data: bytes) -> list[int]:
     return sorted(set(prefilter.np.searchsorted(newlines, hits).tolist()))
 
 
+def _numpy_rows(monkeypatch, name: str, data: bytes) -> dict[str, Any]:
+    """The parse with every block answered by the numpy pass (the plain keywords, none narrowed)."""
+    with monkeypatch.context() as patched:
+        patched.setattr(kernel, "RE2_BLOCK_HITS", -1)
+        return rows_of(name, data)
+
+
 @pytest.mark.parametrize("name", sorted(_inputs()))
-def test_re2_prefilter_finds_the_numpy_prefilters_lines(name):
-    """The RE2 pass over the keyword windows and the numpy anchor pass pick the same candidate lines."""
+def test_re2_prefilter_keeps_fewer_lines_and_the_same_rows(monkeypatch, name):
+    """The RE2 pass keeps a subset of the numpy pass's candidate lines (the narrowed keywords' chatty
+    lines dropped) and the parse makes the same rows from either."""
     data = _inputs()[name]
     fast, vectorised = kernel._Prefilter(), kernel._Prefilter()
     vectorised.windows = None
     assert fast.windows is not None
     lines = _candidate_lines(fast, data)
-    assert lines and lines == _candidate_lines(vectorised, data)
+    assert lines and set(lines) <= set(_candidate_lines(vectorised, data))
+    assert rows_of(name, data) == _numpy_rows(monkeypatch, name, data)
+
+
+def test_narrowed_keywords_drop_the_noisy_nodes_chatter():
+    """On the Kubernetes node's log the firmware tracer, nvidia-uvm and veth lines are no candidates."""
+    data = sample("noisy", 20000).encode()
+    fast, vectorised = kernel._Prefilter(), kernel._Prefilter()
+    vectorised.windows = None
+    kept, plain = _candidate_lines(fast, data), _candidate_lines(vectorised, data)
+    assert len(plain) > 5000
+    assert 0 < len(kept) < len(plain) / 50
+
+
+EDGES = (
+    "[    1.000000] nvidia-uvm: Loaded the UVM driver, major device number 7.\n"
+    "[    2.000000] nvidia-peermem: nv_get_p2p_free_callback:127 ERROR detected invalid context\n"
+    "[    3.000000] nvidia-modeset: probe of the display\n"
+    "    failed with error -5\n"
+    "[    4.000000] traps: python3[123] trap invalid opcode ip:7f00 sp:7ffd error:0 in libnvidia-ml.so.1[7f00+1000]\n"
+    "[    5.000000] mlx5_core 0000:3b:00.0: mlx5_cmd_out_err:838:(pid 1): CREATE_MKEY(0x200) op_mod(0x0) failed\n"
+    "[    6.000000] mlx5_core 0000:3b:00.0: mlx5_fw_tracer_handle_traces:720:(pid 9): FW tracer event\n"
+    "[    7.000000] IPv6: ADDRCONF(NETDEV_CHANGE): ens1f0np0: link becomes ready\n"
+    "[    8.000000] IPv6: ADDRCONF(NETDEV_CHANGE): veth1a2b: link becomes ready\n"
+    "[    9.000000] ib_core: port 1 error, link becomes ready later\n"
+    "[   10.000000] nvidia-uvm: NCCL WARN Call to ibv_create_qp returned nothing\n"
+)
+
+
+def test_narrowed_keywords_keep_every_line_that_makes_a_row(monkeypatch):
+    """Each way a line holding only a narrowed keyword still makes a row: an error word (after it, before
+    it, or on an indented continuation line), a trap in a GPU library, a physical interface becoming
+    ready, a signature anchor; the chatter around them (tracer, uvm load, veth) is dropped."""
+    data = EDGES.encode()
+    fast = kernel._Prefilter(_anchors())
+    kept = [i + 1 for i in _candidate_lines(fast, data)]
+    assert kept == [2, 3, 5, 6, 8, 10, 11]
+    got = rows_of("dmesg", data)
+    assert got == _numpy_rows(monkeypatch, "dmesg", data)
+    events = [(row["line"], row["kind"]) for row in got["rows"] if row["row"] == "Event"]
+    assert events == [(2, "nvidia_module"), (3, "nvidia_module"), (5, "segfault"), (6, "rdma_error"),
+                      (8, "link_up"), (10, "rdma_error"), (11, "nccl_warn")]
+
+
+def _anchors() -> set[str]:
+    from collectors._signatures import catalog
+
+    return {a for sig in catalog().signatures for a in sig.anchors}
 
 
 def test_prefilter_gives_way_to_numpy_on_a_chatty_block():
     """Past RE2_BLOCK_HITS hits the numpy pass answers, with the same lines."""
-    data = sample("noisy", 3 * kernel.RE2_BLOCK_HITS).encode()
+    data = "".join(f"[{i:>5}.000000] mlx5_core 0000:3b:00.0: mlx5_cmd_out_err:838:(pid {i}): QUERY failed\n"
+                   for i in range(3 * kernel.RE2_BLOCK_HITS)).encode()
     fast, vectorised = kernel._Prefilter(), kernel._Prefilter()
     vectorised.windows = None
     lines = _candidate_lines(fast, data)
