@@ -1,0 +1,174 @@
+"""Alert rules that would have fired: the template catalog covers the cause catalog, thresholds come
+from the pre-incident baseline, and the first firing / lead time is what a hand computation over a
+synthetic series says (Prometheus' own answer is checked by tests/integration/test_promtool_rules.py)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import run_cli
+from workbench import alert_replay, alert_rules, rules_test
+from workbench.alert_replay import STEP, Replay, Series
+from workbench.bundle import Bundle
+from workbench.causes import CatalogError, catalog_text, load_causes
+
+T0 = datetime(2026, 3, 14, 8, 0)
+TEMP_RULE = "GpuTemperatureAboveBaseline"
+
+
+def test_every_template_names_a_cause_and_every_cause_has_a_rule_or_says_why_not():
+    causes = set(load_causes())
+    templates, unmeasured = alert_rules.load_templates(), alert_rules.load_unmeasured()
+    assert set(templates) <= causes and set(unmeasured) <= causes
+    assert set(templates) | set(unmeasured) == causes
+    assert not set(templates) & set(unmeasured)
+    assert all(text.strip() for text in unmeasured.values())
+    names = [t.alert for ts in templates.values() for t in ts]
+    assert len(names) == len(set(names))
+
+
+def test_every_template_renders_to_a_form_the_replay_evaluates():
+    for cause, templates in alert_rules.load_templates().items():
+        for t in templates:
+            for series in t.series:
+                expr = alert_replay.parse(alert_rules._render_expr(t, series, 1.5))
+                assert expr.name == series, (cause, t.alert)
+
+
+def test_a_template_for_an_unknown_cause_or_in_an_unknown_form_is_refused():
+    data = yaml.safe_load(catalog_text("alerts.yaml"))
+    data["rules"]["no_such_cause"] = data["rules"]["nvswitch_fault"]
+    with pytest.raises(CatalogError, match="no_such_cause"):
+        alert_rules.validate_templates(data, set(load_causes()))
+    data = yaml.safe_load(catalog_text("alerts.yaml"))
+    data["rules"]["nvswitch_fault"][0]["expr"] = "rate({series}[5m]) > {threshold}"
+    with pytest.raises(CatalogError, match="unsupported expression form"):
+        alert_rules.validate_templates(data, set(load_causes()))
+
+
+def _temp_bundle(path: Path, temps: list[tuple[int, float]]) -> None:
+    """One GPU's temperature, one sample per (minute after T0 + 20 s, value)."""
+    with Bundle.create(path) as bundle:
+        for minute, value in temps:
+            bundle.con.execute("INSERT INTO gpu_sample (ts, host, gpu, temp_c) VALUES (?, 'node01', '0000:5d:00.0', ?)",
+                               [T0 + timedelta(minutes=minute, seconds=20), value])
+
+
+def test_threshold_is_never_below_its_floor(bundle_path):
+    # 70 C before the incident (minute 100): 1.1 x 70 = 77 is under the template's floor of 85
+    temps = [(m, 70.0) for m in range(100)] + [(m, 96.0) for m in range(100, 140)]
+    _temp_bundle(bundle_path, temps)
+    template = next(t for t in alert_rules.load_templates()["thermal_throttling"] if t.alert == TEMP_RULE)
+    assert template.threshold == {"baseline": "p99", "factor": 1.1, "at_least": 85}
+    with Bundle.open(bundle_path) as bundle:
+        plan = alert_rules.plan(bundle, ["thermal_throttling"], start=T0 + timedelta(minutes=100),
+                                detection=T0 + timedelta(minutes=130), end=None)
+    rule = next(r for r in plan.rules if r.template.alert == TEMP_RULE)
+    assert rule.threshold == 85.0 and "at least 85" in rule.basis
+    assert rule.expr == "DCGM_FI_DEV_GPU_TEMP > 85"
+
+
+def test_threshold_is_the_baseline_statistic_times_the_factor(bundle_path):
+    # p99 (nearest rank) of 99 pre-incident minutes: 98 at 90 C and one at 93 C -> the 99th value, 93
+    temps = [(m, 93.0 if m == 50 else 90.0) for m in range(100)] + [(m, 110.0) for m in range(100, 140)]
+    _temp_bundle(bundle_path, temps)
+    with Bundle.open(bundle_path) as bundle:
+        plan = alert_rules.plan(bundle, ["thermal_throttling"], start=T0 + timedelta(minutes=100),
+                                detection=T0 + timedelta(minutes=130), end=None)
+    rule = next(r for r in plan.rules if r.template.alert == TEMP_RULE)
+    assert rule.threshold == pytest.approx(102.3) and rule.basis.startswith("102.3: 1.1 x the pre-incident p99 (93)")
+
+
+def test_lead_time_is_detection_minus_first_firing_with_the_for_duration(bundle_path):
+    # hot from minute 100 (sample at 100:20, seen at grid minute 101); for 5m -> fires at minute 106
+    temps = [(m, 70.0) for m in range(100)] + [(m, 95.0) for m in range(100, 140)]
+    _temp_bundle(bundle_path, temps)
+    detection = T0 + timedelta(minutes=120, seconds=30)
+    with Bundle.open(bundle_path) as bundle:
+        plan = alert_rules.plan(bundle, ["thermal_throttling"], start=T0 + timedelta(minutes=100),
+                                detection=detection, end=None)
+    rule = next(r for r in plan.rules if r.template.alert == TEMP_RULE)
+    assert rule.template.hold == "5m"
+    assert rule.fired_at == T0 + timedelta(minutes=106)
+    assert rule.lead == timedelta(minutes=14, seconds=30)
+    assert rule.lead_text == "would have fired 14 min before detection"
+    flag = next(r for r in plan.rules if r.template.alert == "GpuHwThermalSlowdown")
+    assert flag.lead_text.startswith("no samples of DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
+
+
+def test_a_rule_that_never_crosses_says_so(bundle_path):
+    _temp_bundle(bundle_path, [(m, 70.0) for m in range(140)])
+    with Bundle.open(bundle_path) as bundle:
+        plan = alert_rules.plan(bundle, ["thermal_throttling"], start=T0 + timedelta(minutes=100),
+                                detection=T0 + timedelta(minutes=120), end=None)
+    rule = next(r for r in plan.rules if r.template.alert == TEMP_RULE)
+    assert rule.fired_at is None and rule.lead_text == "would not have fired on this data"
+
+
+def _grid(values: list[float | None], name: str = "x") -> Replay:
+    return Replay(T0, STEP, len(values), {name: [Series(name, (("instance", "a"),), values)]})
+
+
+def test_increase_extrapolates_as_prometheus_does():
+    # minutes 28, 29, 30 hold 1, 1, 4 in a 10 min window at minute 30: raw increase 3 over 120 s,
+    # the zero point lies 40 s before the first sample (< 1.1 x the 60 s spacing), so 3 x 160/120 = 4
+    values: list[float | None] = [None] * 28 + [1.0, 1.0, 4.0]
+    expr = alert_replay.parse("increase(x[10m]) > 3.9")
+    assert alert_replay.measured(expr, _grid(values))[(("instance", "a"),)][30] == pytest.approx(4.0)
+    # a full window of samples (no extrapolation): 7, then a restart and 2 -> the counter rose by 2
+    values = [5.0] * 20 + [7.0, 2.0] + [2.0] * 9
+    measured = alert_replay.measured(alert_replay.parse("increase(x[10m]) > 0"), _grid(values))
+    assert measured[(("instance", "a"),)][30] == pytest.approx(2.0)
+
+
+def test_counter_alert_fires_at_the_step_and_resolves_after_its_window():
+    values: list[float | None] = [0.0] * 30 + [1.0] * 30
+    states = alert_replay.alert_states(alert_replay.parse("increase(x[10m]) > 0"), timedelta(0), _grid(values))
+    firing = [i for i, on in enumerate(states[(("instance", "a"),)]) if on]
+    assert firing == list(range(30, 40))  # the window [t-10m, t] holds minute 29 up to minute 39
+
+
+def test_gauge_keeps_its_last_sample_for_five_minutes_of_lookback():
+    values: list[float | None] = [1.0, None, None, None, None, None, None]
+    measured = alert_replay.measured(alert_replay.parse("x > 0"), _grid(values))[(("instance", "a"),)]
+    assert measured == [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, None]
+
+
+def test_bit_form_reads_one_clock_event_reason():
+    values: list[float | None] = [0.0, 64.0 + 32.0, 32.0, 128.0 + 64.0]
+    measured = alert_replay.measured(alert_replay.parse("floor(x / 64) % 2 == 1"), _grid(values))
+    assert measured[(("instance", "a"),)] == [0, 1, 0, 1]
+
+
+def test_matchers_select_series_by_label():
+    expr = alert_replay.parse('x{kind=~"xid|sxid", xid!="13"} > 0')
+    assert expr.matches((("kind", "xid"), ("xid", "79")))
+    assert not expr.matches((("kind", "xid"), ("xid", "13")))
+    assert not expr.matches((("kind", "xidx"),))
+
+
+def test_input_values_use_promtools_expanding_notation():
+    assert rules_test.input_values([0.0, 0.0, 0.0, None, None, 5.0, 0.25]) == "0+0x2 _x2 5 0.25"
+    assert rules_test.input_values([None]) == "_"
+
+
+def test_report_rules_options(tmp_path):
+    path = tmp_path / "incident.duckdb"
+    temps = [(m, 70.0) for m in range(100)] + [(m, 95.0) for m in range(100, 140)]
+    _temp_bundle(path, temps)
+    code, _, err = run_cli("report", path, "--rules-test", tmp_path / "t")
+    assert code == 2 and "--rules" in err
+    code, _, err = run_cli("report", path, "--rules", path)
+    assert code == 2
+    rules, tests = tmp_path / "rules.yaml", tmp_path / "tests"
+    code, out, err = run_cli("report", path, "--no-verify", "--rules", rules, "--rules-test", tests)
+    assert code == 0, err
+    doc = yaml.safe_load(rules.read_text())
+    assert doc["groups"][0]["rules"] == [] or all("expr" in r for r in doc["groups"][0]["rules"])
+    test = yaml.safe_load((tests / "rules_test.yaml").read_text())
+    assert test["rule_files"] == ["../rules.yaml"]
+    assert "Monitoring that would have caught it" in out
