@@ -30,6 +30,9 @@ FORMAT = "gpuwb-baseline"
 VERSION = 1
 TRACKED_VERSIONS = ("driver", "cuda", "nccl", "fabricmanager", "dcgm")
 """Host software whose change after acceptance is drift (the GPU stack a collective depends on)."""
+BUSBW_DROP = 0.10
+"""A bus bandwidth this fraction below the accepted one is drift (nccl-tests varies by a few %)."""
+BUSBW_DROP_ERROR = 0.25
 POWER_TOLERANCE_W = 1.0
 CLOCK_TOLERANCE_MHZ = 1.0
 NVLINK_SPEED_TOLERANCE = 0.02
@@ -89,7 +92,7 @@ def node_state(bundle: Bundle, host: str | None = None) -> dict[str, dict[str, A
     hosts: dict[str, dict[str, Any]] = {}
 
     def entry(name: str | None) -> dict[str, Any]:
-        return hosts.setdefault(name or NO_HOST, {"versions": {}, "dcgm_diag": {}, "gpus": {}})
+        return hosts.setdefault(name or NO_HOST, {"versions": {}, "dcgm_diag": {}, "nccl_busbw_gbps": {}, "gpus": {}})
 
     for name, versions in host_versions(bundle.con).items():
         kept = {k: v for k, v in versions.items() if k in TRACKED_VERSIONS}
@@ -101,6 +104,11 @@ def node_state(bundle: Bundle, host: str | None = None) -> dict[str, dict[str, A
         diag = entry(name)["dcgm_diag"]
         if DIAG_ORDER.get(result or "", -1) > DIAG_ORDER.get(diag.get(test, ""), -1):
             diag[test] = result
+    for name, test, best, worst in bundle.con.execute(
+            "SELECT host, coalesce(attrs->>'test', 'nccl-tests'), max(TRY_CAST(attrs->>'avg_busbw_gbps' AS DOUBLE)), "
+            "min(TRY_CAST(attrs->>'avg_busbw_gbps' AS DOUBLE)) FROM event WHERE kind = 'nccl_test_result' "
+            "GROUP BY ALL HAVING max(TRY_CAST(attrs->>'avg_busbw_gbps' AS DOUBLE)) IS NOT NULL").fetchall():
+        entry(name)["nccl_busbw_gbps"][test] = {"best": best, "worst": worst}
     for name, gpus in _gpu_states(bundle).items():
         entry(name)["gpus"] = gpus
     if host is not None:
@@ -205,6 +213,7 @@ def build(bundle: Bundle, *, host: str | None = None, source: str = "") -> dict[
         "source": {"bundle": source, "incident_id": meta.get("incident_id"),
                    "root_digest": seal["root_digest"] if seal else None},
         "hosts": {name: {"versions": s["versions"], "dcgm_diag": dict(sorted(s["dcgm_diag"].items())),
+                         "nccl_busbw_gbps": {t: v["best"] for t, v in sorted(s["nccl_busbw_gbps"].items())},
                          "gpus": {bus: accepted_gpu(g) for bus, g in s["gpus"].items()}}
                   for name, s in states.items()},
     }
@@ -249,7 +258,7 @@ def load(path: str | Path) -> dict[str, Any]:
 def _well_formed(host: Any) -> bool:
     if not isinstance(host, dict):
         return False
-    if not all(isinstance(host.get(k, {}), dict) for k in ("gpus", "versions", "dcgm_diag")):
+    if not all(isinstance(host.get(k, {}), dict) for k in ("gpus", "versions", "dcgm_diag", "nccl_busbw_gbps")):
         return False
     return all(isinstance(g, dict) for g in host.get("gpus", {}).values())
 
@@ -297,6 +306,14 @@ def _compare_host(name: str, accepted: dict[str, Any], now: dict[str, Any], out:
                   f"dcgmi diag {test} now {'fails' if is_ == 'fail' else 'warns'} on {_host(name)}; accepted: {was}")
     if (accepted.get("dcgm_diag") or {}) and not now["dcgm_diag"]:
         out.unchecked.append(f"{_host(name)}: no dcgmi diag run in this bundle")
+    for test, was in sorted((accepted.get("nccl_busbw_gbps") or {}).items()):
+        is_ = (now["nccl_busbw_gbps"].get(test) or {}).get("worst")
+        if is_ is None:
+            out.unchecked.append(f"{_host(name)}: no {test} run in this bundle")
+        elif isinstance(was, (int, float)) and was > 0 and is_ < was * (1 - BUSBW_DROP):
+            drop = (was - is_) / was
+            drift("busbw_dropped", "error" if drop > BUSBW_DROP_ERROR else "warning", None, test, was, is_,
+                  f"{_host(name)} {test} bus bandwidth {is_:g} GB/s; accepted at {was:g} GB/s (-{drop:.0%})")
     gpus_now = now["gpus"]
     gpus_was = accepted.get("gpus") or {}
     if gpus_was and not gpus_now:

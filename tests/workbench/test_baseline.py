@@ -227,3 +227,17 @@ def test_analyze_lists_drift_as_evidence_of_the_hypothesis_it_supports(tmp_path:
     bad.write_text("[]")
     code, out, err = run_cli("analyze", later, "--baseline", bad)
     assert (code, out) == (2, "") and "is not a gpuwb baseline" in err
+
+
+def test_a_bus_bandwidth_drop_past_ten_percent_is_drift(tmp_path: Path, accepted: Path) -> None:
+    assert json.loads(accepted.read_text())["hosts"]["node07"]["nccl_busbw_gbps"] == {"all_reduce_perf": 337.591}
+    run = (ACCEPTED / "node07" / "all_reduce_perf.txt").read_text()
+    slower = capture(tmp_path, "slower", files={"all_reduce_perf.txt": run.replace("337.591", "171.204")})
+    (d,) = diff(slower, accepted)[1]["drift"]
+    assert (d["kind"], d["severity"], d["what"], d["message"]) == (
+        "busbw_dropped", "error", "all_reduce_perf",
+        "node07 all_reduce_perf bus bandwidth 171.204 GB/s; accepted at 337.591 GB/s (-49%)")
+    noise = capture(tmp_path, "noise", files={"all_reduce_perf.txt": run.replace("337.591", "318.4")})
+    assert diff(noise, accepted)[1]["drift"] == []
+    gone = capture(tmp_path, "gone", files={"all_reduce_perf.txt": None})
+    assert diff(gone, accepted)[1]["unchecked"] == ["node07: no all_reduce_perf run in this bundle"]

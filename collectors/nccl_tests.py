@@ -1,0 +1,146 @@
+"""nccl-tests output (``all_reduce_perf``, ``all_gather_perf``, ...): the bus bandwidth a node or a job
+reached, the number acceptance tests sign off on and a later run is held against.
+
+One ``nccl_test_result`` event per run, at the ``# Avg bus bandwidth`` line: attrs test (from
+``# Collective test starting: all_reduce_perf`` or the ``# Collective test concluded:`` line, else
+null), avg_busbw_gbps, peak_busbw_gbps (the best out-of-place or in-place busbw of any size),
+peak_size_bytes, sizes (rows read), wrong (the sum of the ``#wrong`` columns, an integrity failure
+when above 0), out_of_bounds_ok, nranks, hosts (from ``#  Rank  0 Group  0 Pid 895544 on h100-2
+device  0 [0x18] NVIDIA H100 80GB HBM3``), gpus (model names), nccl_library (``nccl-library=23102``).
+The event sits on the file's host, else on the only host the ranks ran on. Several runs pasted into
+one file are several events. The output has no clock: the event takes the file's capture time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+from collectors.base import Event, ParseContext, Row, Skipped
+
+NAME = "nccl_tests"
+LAYER = "network_storage"
+KINDS = ("nccl_tests",)
+
+_START = re.compile(r"^#\s*Collective test starting:\s*(\w+)")
+_END = re.compile(r"^#\s*Collective test concluded:\s*(\w+)")
+_PARAMS = re.compile(r"^#?\s*nThread\s+\d+\s+nGpus\s+\d+\s+minBytes\s+\d+\s+maxBytes\s+\d+")
+_VERSION = re.compile(r"^#\s*nccl-tests version\s+\S+.*?nccl-library=(\d+)")
+_RANK = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+"
+                   r"\[[^\]]*\]\s+(.+?)\s*$")
+_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+(.*)$")
+"""size count type redop root, then per out-of-place and in-place: time algbw busbw #wrong (or N/A)."""
+_ROW_OLD = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(?=\d)(.*)$")
+"""Before nccl-tests 2.10 there was no root column (``1048576  262144  float  sum  1626.5 ...``)."""
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([\d.]+)")
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?", re.IGNORECASE)
+_LAUNCHER = re.compile(r"^\[\d+(?:,\d+)?\]<?\w*>?:?\s?|^\[\d+\]\s*")
+"""A launcher's rank prefix (``[0]``, ``[1,0]<stdout>:``) in front of each line."""
+
+
+def sniff(name: str, head: str) -> dict[str, int]:
+    """Confident when the head shows the test's parameter line or its summary."""
+    lines = [_LAUNCHER.sub("", ln) for ln in head.splitlines()[:400]]
+    if any(_PARAMS.match(ln) or _START.match(ln) for ln in lines[:80]):
+        return {"nccl_tests": 90}
+    if any(_AVG.match(ln) for ln in lines):
+        return {"nccl_tests": 85}
+    return {}
+
+
+def parse(kind: str, stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
+    run = _Run()
+    for n, raw in ctx.lines(stream):
+        line = _LAUNCHER.sub("", raw)
+        if m := _START.match(line):
+            if run.rows or run.avg is not None:
+                yield from run.events(ctx)
+                run = _Run()
+            run.test = m.group(1)
+        elif m := _VERSION.match(line):
+            run.library = m.group(1)
+        elif _PARAMS.match(line):
+            if run.rows:
+                yield from run.events(ctx)
+                run = _Run(test=run.test, library=run.library)
+        elif m := _RANK.match(line):
+            run.ranks[int(m.group(1))] = (m.group(2), m.group(3))
+        elif m := _AVG.match(line):
+            run.avg, run.avg_line = float(m.group(1)), n
+        elif m := _OOB.match(line):
+            run.oob_ok = m.group(1) == "0"
+        elif m := _END.match(line):
+            run.test = run.test or m.group(1)
+            yield from run.events(ctx)
+            run = _Run()
+        elif (m := _ROW.match(line)) or (m := _ROW_OLD.match(line)):
+            if not run.row(m):
+                yield Skipped(n, "nccl-tests row without bandwidth columns")
+        elif line.strip() and not line.lstrip().startswith("#"):
+            yield Skipped(n, "not nccl-tests output")
+    yield from run.events(ctx)
+
+
+class _Run:
+    """One test run's lines until its summary."""
+
+    def __init__(self, test: str | None = None, library: str | None = None) -> None:
+        self.test = test
+        self.library = library
+        self.ranks: dict[int, tuple[str, str]] = {}
+        self.rows = 0
+        self.peak: tuple[float, int] | None = None
+        self.wrong = 0
+        self.avg: float | None = None
+        self.avg_line: int | None = None
+        self.oob_ok: bool | None = None
+        self.done = False
+
+    def row(self, m: re.Match[str]) -> bool:
+        """Reads one size's row: out-of-place and in-place (time, algbw, busbw, #wrong) each."""
+        rest = m.group(m.re.groups).split()
+        if len(rest) < 3:
+            return False
+        self.rows += 1
+        size = int(m.group(1))
+        for start in (0, 4):
+            cells = rest[start:start + 4]
+            if len(cells) < 3:
+                continue
+            busbw = _float(cells[2])
+            if busbw is not None and (self.peak is None or busbw > self.peak[0]):
+                self.peak = (busbw, size)
+            if len(cells) == 4 and cells[3].isdigit():
+                self.wrong += int(cells[3])
+        return True
+
+    def events(self, ctx: ParseContext) -> Iterator[Row]:
+        if self.done or self.avg is None:
+            return
+        self.done = True
+        hosts = sorted({h for h, _ in self.ranks.values()})
+        host = ctx.host or (hosts[0] if len(hosts) == 1 else None)
+        when, origin = ctx.snapshot_time()
+        attrs: dict[str, Any] = {
+            "test": self.test, "avg_busbw_gbps": self.avg,
+            "peak_busbw_gbps": self.peak[0] if self.peak else None,
+            "peak_size_bytes": self.peak[1] if self.peak else None, "sizes": self.rows, "wrong": self.wrong,
+            "out_of_bounds_ok": self.oob_ok, "nranks": len(self.ranks) or None, "hosts": hosts[:64],
+            "gpus": sorted({g for _, g in self.ranks.values()})[:8], "nccl_library": self.library}
+        failed = self.wrong > 0 or self.oob_ok is False
+        yield Event(kind="nccl_test_result", ts=when, ts_origin=origin if when else "none",
+                    ts_approx=when is not None and origin != "captured", host=host, source=NAME,
+                    layer=LAYER, severity="error" if failed else "info", line=self.avg_line, attrs=attrs,
+                    message=f"{self.test or 'nccl-tests'}: avg bus bandwidth {self.avg:g} GB/s"
+                            + (f", peak {self.peak[0]:g} GB/s" if self.peak else "")
+                            + (f" over {len(self.ranks)} ranks" if self.ranks else "")
+                            + (f"; {self.wrong} wrong values" if self.wrong else "")
+                            + ("; out-of-bounds values" if self.oob_ok is False else ""))
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
