@@ -24,8 +24,8 @@ from workbench import __version__
 from workbench.errors import GpuwbError
 from workbench.table import printable
 
-COMMAND_ORDER = ("capture", "record", "ingest", "timeline", "analyze", "open", "report", "export", "verify",
-                 "baseline", "merge", "demo")
+COMMAND_ORDER = ("capture", "cluster", "record", "ingest", "timeline", "analyze", "open", "report", "export",
+                 "verify", "baseline", "merge", "demo")
 EX_SOFTWARE = 70
 """Exit status of an internal error (a bug), as sysexits.h names it."""
 
