@@ -164,9 +164,10 @@ class Offender:
 
 # -- one incident, read from its bundle -------------------------------------------------------------
 
-def record_of(bundle: Bundle, analysis: dict[str, Any] | None = None) -> Record:
+def record_of(bundle: Bundle, analysis: dict[str, Any] | None = None, *, events: bool = True) -> Record:
     """The history's view of a bundle: its analysis' culprits (and the responders' marked root
-    cause), the GPUs' identity from the inventory, and the key events."""
+    cause), the GPUs' identity from the inventory, and (unless ``events`` is false: a look-up
+    needs none) the key events."""
     if analysis is None:
         from workbench.analysis import analyze
 
@@ -190,7 +191,7 @@ def record_of(bundle: Bundle, analysis: dict[str, Any] | None = None) -> Record:
         started_at=started, ended_at=parse_iso(window.get("end")),
         workload=analysis.get("workload") or "unknown", impact=analysis.get("impact") or "none",
         summary=str(summary), bundle=str(bundle.path.resolve()), culprits=culprits,
-        events=_key_events(bundle))
+        events=_key_events(bundle) if events else [])
 
 
 def _culprits(bundle: Bundle, analysis: dict[str, Any], state: journal.JournalState) -> list[Culprit]:
@@ -371,7 +372,7 @@ class History:
 
     def seen_before_bundle(self, bundle: Bundle, analysis: dict[str, Any]) -> list[dict[str, Any]]:
         """The ``seen_before`` entries of a bundle's analysis (docs/cli.md)."""
-        return self.seen_before(record_of(bundle, analysis))
+        return self.seen_before(record_of(bundle, analysis, events=False))
 
     def seen_before(self, record: Record) -> list[dict[str, Any]]:
         """For each culprit GPU and host of ``record``: the earlier incidents of the history that
