@@ -80,6 +80,10 @@ class Rule:
             return "would not have fired on this data"
         if self.lead is None:
             return f"would have fired at {self.fired_at:%Y-%m-%d %H:%M} (no detection time to compare)"
+        seconds = int(abs(self.lead).total_seconds())
+        if seconds < 60:
+            side = "" if not seconds else f" ({seconds} s {'before' if self.lead > timedelta(0) else 'after'})"
+            return f"would have fired at detection{side}"
         minutes = lead_minutes(self.lead) or 0
         if self.lead >= timedelta(0):
             return f"would have fired {minutes} min before detection"

@@ -172,3 +172,17 @@ def test_report_rules_options(tmp_path):
     test = yaml.safe_load((tests / "rules_test.yaml").read_text())
     assert test["rule_files"] == ["../rules.yaml"]
     assert "Monitoring that would have caught it" in out
+
+
+@pytest.mark.parametrize(("fired", "detected", "text"), [
+    (T0, T0 + timedelta(seconds=30), "would have fired at detection (30 s before)"),
+    (T0 + timedelta(minutes=1), T0 + timedelta(seconds=30), "would have fired at detection (30 s after)"),
+    (T0, T0 + timedelta(minutes=14, seconds=59), "would have fired 14 min before detection"),
+    (T0 + timedelta(minutes=3), T0, "would have fired 3 min after detection"),
+    (T0, None, "would have fired at 2026-03-14 08:00 (no detection time to compare)"),
+])
+def test_lead_text_says_before_or_after_detection_in_whole_minutes(fired, detected, text):
+    template = alert_rules.load_templates()["thermal_throttling"][0]
+    rule = alert_rules.Rule(template=template, series=template.series[0], expr="", threshold=None, basis="",
+                            fired_at=fired, detection=detected, has_samples=True)
+    assert rule.lead_text == text
