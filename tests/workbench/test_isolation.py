@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from tests.conftest import run_cli
 from tests.workbench.report_scenario import build_bundle
 from workbench import isolation
+from workbench.bundle import Bundle
 from workbench.causes import load_causes
 from workbench.isolation import Context, IsolationError, Place
 
@@ -235,6 +236,32 @@ def test_the_schema_check_can_fail():
     quota["spec"]["hrad"] = quota["spec"].pop("hard")
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(quota, K8S_VERSION, strict=True)
+
+
+# -- from a bundle ---------------------------------------------------------------------------------
+
+SACCT = """JobID|JobName|User|Partition|State|ExitCode|Start|End|NodeList
+48213|llm-pretrain|alice|gpu|FAILED|1:0|2026-03-14T06:00:00|2026-03-14T09:31:02|node[01-04]
+"""
+CHANGES = """time,who,what,from_version,version,action
+2026-03-14T08:55:00Z,deploy-bot,model llama-70b,v1,v2,deploy
+2026-03-01T08:00:00Z,deploy-bot,model llama-70b,v0,v1,deploy
+"""
+
+
+def test_context_reads_the_jobs_user_and_nodes_and_the_recent_changes(bundle_path, tmp_path):
+    (tmp_path / "sacct.txt").write_text(SACCT)
+    (tmp_path / "changes.csv").write_text(CHANGES)
+    code, _, err = run_cli("ingest", bundle_path, tmp_path / "sacct.txt", tmp_path / "changes.csv")
+    assert code == 0, err
+    with Bundle.open(bundle_path) as bundle:
+        ctx = isolation.context_from(bundle, "INC-1", AT, "48213", datetime(2026, 3, 14, 9), datetime(2026, 3, 14, 10))
+    assert (ctx.user, ctx.job_nodes) == ("alice", ("node01", "node02", "node03", "node04"))
+    assert ctx.changes == ({"ts": "2026-03-14T08:55:00Z", "what": "model llama-70b",
+                            "from_version": "v1", "version": "v2", "who": "deploy-bot"},)
+    out = _rules(Place("gpu_fell_off_bus", host="node03", gpu="0000:5d:00.0"), context=ctx)
+    reserve = next(a for a in _argvs(out) if "reservation" in a)
+    assert "Nodes=node01,node02,node04" in reserve and "Users=alice" in reserve
 
 
 # -- gpuwb report --isolation ----------------------------------------------------------------------
