@@ -46,11 +46,12 @@ MAX_LANES = 16
 
 def build(bundle: Bundle, *, analysis: dict[str, Any] | None = None, causes: dict[str, Any] | None = None,
           generated_at: datetime | None = None, verify: bool = True, isolation: bool = False,
-          history: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+          history: str | os.PathLike[str] | None = None, baseline: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the postmortem says, as plain data. ``analysis`` and ``causes`` default to the
     engine's and the catalog's; tests inject fixed ones, and ``generated_at`` for stable output.
     ``isolation`` adds the isolation and change rules (workbench/isolation.py) under that key;
-    ``history`` (a folder) what the incident history has seen of the culprits, under that key."""
+    ``history`` (a folder) what the incident history has seen of the culprits, under that key;
+    ``baseline`` (a loaded baseline file) the drift from that accepted state, under ``baseline_drift``."""
     analysis_error = None
     if analysis is None:
         analysis, analysis_error = _run_analysis(bundle)
@@ -94,6 +95,10 @@ def build(bundle: Bundle, *, analysis: dict[str, Any] | None = None, causes: dic
         from workbench.history import History
 
         model["history"] = History.open(history).seen_before_bundle(bundle, analysis)
+    if baseline is not None:
+        from workbench.baseline import analysis_drift
+
+        model["baseline_drift"] = analysis_drift(bundle, baseline, analysis)
     return model
 
 

@@ -241,3 +241,21 @@ def test_a_bus_bandwidth_drop_past_ten_percent_is_drift(tmp_path: Path, accepted
     assert diff(noise, accepted)[1]["drift"] == []
     gone = capture(tmp_path, "gone", files={"all_reduce_perf.txt": None})
     assert diff(gone, accepted)[1]["unchecked"] == ["node07: no all_reduce_perf run in this bundle"]
+
+
+def test_the_report_has_a_drift_section_only_with_a_baseline(tmp_path: Path, accepted: Path) -> None:
+    later = degraded(tmp_path)
+    code, md, err = run_cli("report", later, "--baseline", accepted, "--no-verify", "--generated-at",
+                            "2026-11-27T00:00:00Z")
+    assert code == 0, err
+    section = md[md.index("## Drift from the accepted baseline"):md.index("## Contributing factors")]
+    assert "- **error** `node07`: 0000:5d:00.0 runs PCIe Gen4 x8; accepted at Gen5 x16 (supports \\#" in section
+    assert "- **warning** `node07`: node07 runs driver 535.183.01; accepted at 535.129.03" in section
+    plain = run_cli("report", later, "--no-verify", "--generated-at", "2026-11-27T00:00:00Z")[1]
+    assert "Drift from the accepted baseline" not in plain
+    assert plain == md.replace(section, "")
+    html = run_cli("report", later, "--baseline", accepted, "--no-verify", "-f", "html")[1]
+    assert '<a href="#baseline-drift">' in html and "0000:5d:00.0 runs PCIe Gen4 x8; accepted at Gen5 x16" in html
+    doc = json.loads(run_cli("report", later, "--baseline", accepted, "--no-verify", "-f", "json")[1])
+    assert [d["kind"] for d in doc["baseline_drift"]["drift"]] == ["pcie_link_down", "version_changed"]
+    assert "baseline_drift" not in json.loads(run_cli("report", later, "--no-verify", "-f", "json")[1])

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from workbench import isolation
+from workbench.baseline import load as load_baseline
 from workbench.bundle import Bundle
 from workbench.errors import UsageError
 from workbench.history import History, history_dir
@@ -38,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(promtool test rules DIR/NAME_test.yaml)")
     parser.add_argument("--history", metavar="DIR",
                         help="add what the incident history in DIR has seen of the culprits (default $GPUWB_HISTORY)")
+    parser.add_argument("--baseline", metavar="FILE",
+                        help="add the drift from the accepted baseline FILE (gpuwb baseline save)")
     parser.add_argument("--isolation", metavar="DIR",
                         help="also write the isolation and change rules (slurm.sh, kubectl.sh, k8s.yaml, "
                              "change-freeze.yaml) to DIR and add their section to the report")
@@ -63,9 +66,10 @@ def run(args: argparse.Namespace) -> int:
     history = history_dir(args.history)
     if history:
         History.open(history)  # a bad folder is refused before the minutes a big report can take
+    accepted = load_baseline(args.baseline) if args.baseline else None  # so is a bad baseline file
     with Bundle.open(args.bundle) as bundle:
         model = build(bundle, generated_at=at, verify=not args.no_verify, isolation=bool(args.isolation),
-                      history=history)
+                      history=history, baseline=accepted)
         # printable: a log line's escape sequences must not drive the terminal of whoever cats the file
         text = printable(render(model, fmt))
         if args.rules:
