@@ -97,8 +97,7 @@ def validate_isolation(data: Any, causes: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise IsolationError(f"isolation.yaml: unknown section(s) {', '.join(unknown)}")
     params = data.get("params") or {}
-    if not all(isinstance(v, str) for v in params.values()):
-        raise IsolationError("isolation.yaml: params: every value must be a string")
+    _check_params("isolation.yaml: params", params)
     known = set(CONTEXT_VALUES) | set(params)
     for family in FAMILIES:
         for name, template in (data.get(family) or {}).items():
@@ -106,6 +105,8 @@ def validate_isolation(data: Any, causes: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(template, dict) or not isinstance(template.get("what"), str) \
                     or BODY[family] not in template:
                 raise IsolationError(f"{where}: needs 'what' (text) and '{BODY[family]}'")
+            if not isinstance(template.get("once_per_node", False), bool):
+                raise IsolationError(f"{where}: once_per_node must be true or false")
             if family in ("slurm", "kubectl") and not (
                     isinstance(template["argv"], list) and template["argv"]
                     and all(isinstance(a, str) for a in template["argv"])):
@@ -130,7 +131,16 @@ def validate_isolation(data: Any, causes: dict[str, Any]) -> dict[str, Any]:
         extra = sorted(set(entry.get("params") or {}) - set(params))
         if extra:
             raise IsolationError(f"{where}: params {', '.join(extra)} are not in the top-level params")
+        _check_params(f"{where}: params", {**params, **(entry.get("params") or {})})
     return data
+
+
+def _check_params(where: str, params: dict[str, Any]) -> None:
+    if not all(isinstance(v, str) for v in params.values()):
+        raise IsolationError(f"{where}: every value must be a string")
+    for key in ("freeze_hours", "reservation_hours"):
+        if not str(params.get(key, "")).isdigit():
+            raise IsolationError(f"{where}: {key} must be a whole number of hours")
 
 
 @functools.lru_cache(maxsize=1)
@@ -214,6 +224,7 @@ def rules_for(places: list[Place], context: Context, catalog: dict[str, Any] | N
     out: dict[str, Any] = {"incident": incident, "places": [], "commands": [], "objects": [], "freezes": [],
                            "notes": []}
     seen: set[str] = set()
+    node_owner: dict[tuple[str, str, str], str] = {}
     for place in places:
         rule = rules.get(place.cause)
         out["places"].append({"cause": place.cause, "host": place.host, "gpu": place.gpu, "title": place.title,
@@ -227,8 +238,9 @@ def rules_for(places: list[Place], context: Context, catalog: dict[str, Any] | N
         reason = f"gpuwb: {place.cause} {incident}" + (f" {gpu}" if gpu else "")
         summary = one_line(place.summary) or one_line(place.title) or place.cause
         start = context.at.replace(microsecond=0)
+        merged = {**params, **(rule.get("params") or {})}
         values: dict[str, str | None] = {
-            **params, **(rule.get("params") or {}),
+            **merged,
             "cause": place.cause, "incident": incident, "gpu": gpu, "reason": reason,
             "job": _valid(_JOB, context.job), "user": _valid(_USER, context.user),
             "excluded": ",".join(excluded) or None, "rerun_nodes": ",".join(rerun) or None,
@@ -236,7 +248,7 @@ def rules_for(places: list[Place], context: Context, catalog: dict[str, Any] | N
             "name": f"gpuwb-{dns_label(incident)}-{dns_label(place.cause, 24)}",
             "namespace": _valid(_DNS_LABEL, context.namespace),
             "freeze_start": start.isoformat() + "Z",
-            "freeze_end": (start + timedelta(hours=float(params.get("freeze_hours", "72")))).isoformat() + "Z",
+            "freeze_end": (start + timedelta(hours=int(merged["freeze_hours"]))).isoformat() + "Z",
             "freeze_reason": f"{place.cause} in incident {context.incident}: {summary}",
         }
         for family in FAMILIES:
@@ -251,6 +263,12 @@ def rules_for(places: list[Place], context: Context, catalog: dict[str, Any] | N
                         why = f"{ascii(place.host)} is not a valid node name here"
                     out["notes"].append({"family": family, "text": one_line(f"{place.cause}: {name} left out: {why}")})
                     continue
+                if template.get("once_per_node") and values["host"]:
+                    owner = node_owner.setdefault((family, name, values["host"]), place.cause)
+                    if owner != place.cause:
+                        out["notes"].append({"family": family, "text": one_line(
+                            f"{place.cause}: {name} left out: {values['host']} already has one for {owner}")})
+                        continue
                 entry = {"family": family, "template": name, "cause": place.cause, "host": values["host"],
                          "what": template["what"]}
                 key = repr((family, body))

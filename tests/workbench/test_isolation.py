@@ -90,6 +90,8 @@ def test_bad_releases_freeze_changes():
     (lambda d: d["causes"]["traffic_surge"].update(slurm=["drain"]), "remedy none names templates"),
     (lambda d: d["causes"]["bad_change"].pop("freeze"), "names no template"),
     (lambda d: d["slurm"]["drain"].update(argv="scontrol update NodeName={host}"), "argv must be a list"),
+    (lambda d: d["causes"]["bad_change"].update(params={"freeze_hours": "three days"}), "whole number of hours"),
+    (lambda d: d["kubectl"]["taint"].update(once_per_node="yes"), "once_per_node"),
 ])
 def test_a_broken_catalog_is_refused(breakage, message):
     data = copy.deepcopy(isolation.load_isolation())
@@ -143,6 +145,18 @@ def test_several_places_exclude_all_their_nodes_once():
     excludes = [a for a in _argvs(out) if any(x.startswith("ExcNodeList=") for x in a)]
     assert excludes == [["scontrol", "update", "JobId=48213", "ExcNodeList=node02,node03"]]
     assert [a for a in _argvs(out) if "reservation" in a][0][6] == "Nodes=node01"
+
+
+def test_a_contributing_cause_on_the_same_node_keeps_the_root_causes_drain_and_taint():
+    out = _rules(Place("gpu_fell_off_bus", host="node02", gpu="0000:5d:00.0"),
+                 Place("pcie_link_degraded", host="node02", gpu="0000:5d:00.0"))
+    drains = [a for a in _argvs(out) if "State=DRAIN" in a]
+    taints = [a for a in _argvs(out) if a[:2] == ["kubectl", "taint"]]
+    assert [a[-1] for a in drains] == ["Reason=gpuwb: gpu_fell_off_bus INC-42 0000:5d:00.0"]
+    assert [a[4] for a in taints] == ["gpuwb.io/quarantine=gpu_fell_off_bus:NoSchedule"]
+    assert [o["cause"] for o in out["objects"] if o["object"]["kind"] == "Node"] == ["gpu_fell_off_bus"]
+    assert any(n["text"] == "pcie_link_degraded: taint left out: node02 already has one for gpu_fell_off_bus"
+               for n in out["notes"])
 
 
 def test_contention_gets_a_quota_a_mig_config_and_an_exclusive_rerun():
