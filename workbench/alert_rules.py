@@ -26,6 +26,9 @@ BASELINE = timedelta(hours=2)
 """How far before the incident's start the replay reaches: the baseline the thresholds are set from."""
 AFTER_DETECTION = timedelta(minutes=15)
 """The replay runs this long past detection (or past the incident's start when nothing detected it)."""
+LONGEST_REPLAY = timedelta(hours=12)
+"""The replay never runs longer than this past the incident's start (a week-long evidence window would
+cost a promtool test of 10 000 points a series for nothing the lead time needs)."""
 STATISTICS = ("max", "p99", "min")
 _TEMPLATE_KEYS = {"alert", "expr", "series", "match", "threshold", "for", "severity", "summary"}
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -212,6 +215,7 @@ def plan(bundle: Bundle, causes: list[str], *, start: datetime | None, detection
         anchor = datetime(1970, 1, 1)
     since = anchor - BASELINE
     until = max(x for x in (end, anchor, (detection or anchor) + AFTER_DETECTION) if x is not None)
+    until = min(until, max(anchor, detection or anchor) + LONGEST_REPLAY)
     present = _names_present(bundle, {s for t in chosen for s in t.series})
     picks = {t.alert: next((s for s in t.series if s in present), t.series[0]) for t in chosen}
     exprs = [alert_replay.parse(_render_expr(t, picks[t.alert], 0.0)) for t in chosen]
@@ -293,7 +297,10 @@ def rules_yaml(the_plan: Plan, group: str) -> str:
     rules = [{"alert": r.template.alert, "expr": r.expr, "for": r.template.hold, "labels": r.labels,
               "annotations": r.annotations} for r in the_plan.rules]
     doc = {"groups": [{"name": group, "rules": rules}]}
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=True)
+    head = (f"# Written by gpuwb report --rules: the monitoring templates (playbooks/alerts.yaml) of "
+            f"{', '.join(the_plan.causes) or 'no cause'},\n"
+            "# thresholds from the incident's pre-incident baseline (annotation 'threshold'; docs/alerts.md).\n")
+    return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=True)
 
 
 def describe(the_plan: Plan) -> list[dict[str, Any]]:
