@@ -159,6 +159,11 @@ def test_a_contributing_cause_on_the_same_node_keeps_the_root_causes_drain_and_t
                for n in out["notes"])
 
 
+def test_causes_asking_for_the_same_object_get_it_once():
+    out = _rules(Place("preemption"), Place("pod_eviction", host="node01"), Place("insufficient_capacity"))
+    assert [o["object"]["kind"] for o in out["objects"]] == ["PriorityClass"]
+
+
 def test_contention_gets_a_quota_a_mig_config_and_an_exclusive_rerun():
     out = _rules(Place("gpu_contention", host="node01", gpu="0000:18:00.0"))
     kinds = {o["object"]["kind"]: o["object"] for o in out["objects"]}
