@@ -4,6 +4,7 @@ evidence inert in the shell scripts and YAML, and every Kubernetes object valid 
 from __future__ import annotations
 
 import copy
+import re
 import shlex
 from datetime import datetime, timedelta
 
@@ -14,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import run_cli
-from tests.workbench.report_scenario import build_bundle
-from workbench import isolation
+from tests.workbench.report_scenario import CAUSES, build_bundle
+from workbench import isolation, report
 from workbench.bundle import Bundle
 from workbench.causes import load_causes
 from workbench.isolation import Context, IsolationError, Place
@@ -249,6 +250,28 @@ def test_every_kubernetes_object_validates_against_the_pinned_api():
     assert templates == set(isolation.load_isolation()["kubernetes"]), "every object template was rendered"
 
 
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+QUALIFIED_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def test_taints_and_labels_the_commands_set_are_valid_kubernetes_keys_and_values():
+    seen = 0
+    for place in _all_places():
+        for argv in _argvs(_rules(place), "kubectl"):
+            if argv[1] == "taint":
+                key, rest = argv[4].split("=", 1)
+                value, effect = rest.rsplit(":", 1)
+            elif argv[1] == "label":
+                key, value = argv[4].split("=", 1)
+                effect = "NoSchedule"
+            else:
+                continue
+            seen += 1
+            assert QUALIFIED_KEY.fullmatch(key) and LABEL_VALUE.fullmatch(value) and len(value) <= 63, argv
+            assert effect in ("NoSchedule", "PreferNoSchedule", "NoExecute")
+    assert seen >= 10
+
+
 def test_the_schema_check_can_fail():
     out = _rules(Place("gpu_contention", host="node01"))
     quota = next(o["object"] for o in out["objects"] if o["object"]["kind"] == "ResourceQuota")
@@ -304,6 +327,20 @@ def test_report_isolation_writes_the_files_and_the_section(bundle_path, tmp_path
 
     code, out, _ = run_cli("report", bundle_path, "--no-verify")
     assert code == 0 and "Isolation and change rules" not in out
+
+
+def test_hostile_hosts_stay_escaped_in_the_report_section(bundle_path):
+    analysis = build_bundle(bundle_path)
+    analysis["hypotheses"][0]["host"] = "node02<script>alert(1)</script>$(reboot)"
+    with Bundle.open(bundle_path) as bundle:
+        model = report.build(bundle, analysis=analysis, causes=CAUSES, generated_at=AT, isolation=True)
+    assert not any("reboot" in c["line"] for c in model["isolation"]["commands"])
+    html = report.render(model, "html")
+    section = html[html.index('<section id="isolation">'):html.index('<section id="evidence">')]
+    assert "<script>" not in section and "&lt;script&gt;" in section
+    md = report.render(model, "md")
+    section = md[md.index("## Isolation and change rules"):md.index("## Evidence appendix")]
+    assert "<script>" not in section.replace("`node02<script>alert(1)</script>$(reboot)`", "")
 
 
 def test_report_isolation_refuses_a_file(bundle_path, tmp_path):
