@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collectors.base import normalize_pci
-from workbench import __version__, journal, query
+from workbench import __version__, journal
 from workbench.bundle import Bundle, utc_naive
 from workbench.errors import GpuwbError
 from workbench.findings import parse_iso
@@ -39,6 +39,8 @@ MESSAGE_MAX = 300
 TABLES = ("incidents", "culprits", "events")
 """One folder per table; ``incidents`` is written last, so an incident whose row is there is whole."""
 
+SEVERITY_RANK = {"warning": 2, "error": 3, "critical": 4}
+_SEVERITY_SQL = "CASE severity WHEN 'critical' THEN 4 WHEN 'error' THEN 3 ELSE 2 END"
 _TS = pa.timestamp("us")
 SCHEMAS = {
     "incidents": pa.schema([
@@ -53,7 +55,7 @@ SCHEMAS = {
     "events": pa.schema([
         ("incident_id", pa.string()), ("ts", _TS), ("host", pa.string()), ("gpu", pa.string()),
         ("layer", pa.string()), ("kind", pa.string()), ("severity", pa.string()), ("xid", pa.int32()),
-        ("count", pa.int64()), ("hosts", pa.int32()), ("message", pa.string())]),
+        ("count", pa.int64()), ("message", pa.string())]),
 }
 """The Parquet columns of each table (docs/history.md). Times are UTC without a zone, as in the bundle."""
 
@@ -135,11 +137,12 @@ class PastIncident:
     causes: tuple[str, ...]
     host: str | None
     gpu: str | None
+    xids: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"incident_id": self.incident_id, "date": date_of(self.started_at),
                 "started_at": _iso(self.started_at), "title": self.title, "causes": list(self.causes),
-                "host": self.host, "gpu": self.gpu}
+                "host": self.host, "gpu": self.gpu, "xids": list(self.xids)}
 
 
 @dataclass(frozen=True)
@@ -240,21 +243,20 @@ def _value(text: Any) -> str | None:
 
 
 def _key_events(bundle: Bundle) -> list[dict[str, Any]]:
-    """The first warning-or-worse event of each kind and sub-kind (Xid number, reason), with counts."""
-    out = []
-    for row in query.key_events(bundle, per_group=1):
-        if row.get("severity") not in ("warning", "error", "critical"):
-            continue
-        attrs = row.get("attrs") or {}
-        xid = attrs.get("xid") if isinstance(attrs, dict) else None
-        out.append({"ts": utc_naive(row.get("ts")), "host": row.get("host"), "gpu": row.get("gpu"),
-                    "layer": row.get("layer"), "kind": row.get("kind"), "severity": row.get("severity"),
-                    "xid": xid if isinstance(xid, int) and not isinstance(xid, bool) else None,
-                    "count": row.get("group_count"), "hosts": row.get("group_hosts"),
-                    "message": (row.get("message") or "")[:MESSAGE_MAX]})
-        if len(out) >= KEY_EVENTS_MAX:
-            break
-    return out
+    """Warning-or-worse events summed up per host, GPU, kind and Xid: the first time, how many, the
+    worst severity and the first line; the worst and earliest :data:`KEY_EVENTS_MAX` groups."""
+    rows = bundle.con.execute(
+        "SELECT min(ts) AS first_ts, host, gpu, min(layer), kind, "
+        "TRY_CAST(attrs->>'xid' AS INTEGER) AS xid_number, count(*), "
+        f"max({_SEVERITY_SQL}) AS worst, arg_min(message, id) FROM event "
+        "WHERE severity IN ('warning', 'error', 'critical') GROUP BY host, gpu, kind, xid_number "
+        "ORDER BY worst DESC, first_ts NULLS LAST, host NULLS FIRST, gpu NULLS FIRST, kind LIMIT ?",
+        [KEY_EVENTS_MAX]).fetchall()
+    names = {rank: name for name, rank in SEVERITY_RANK.items()}
+    out = [{"ts": ts, "host": host, "gpu": gpu, "layer": layer, "kind": kind, "severity": names.get(worst, "warning"),
+            "xid": xid, "count": count, "message": (message or "")[:MESSAGE_MAX]}
+           for ts, host, gpu, layer, kind, xid, count, worst, message in rows]
+    return sorted(out, key=lambda e: (e["ts"] is None, e["ts"] or datetime.min))
 
 
 # -- the folder ------------------------------------------------------------------------------------
@@ -317,12 +319,18 @@ class History:
         finally:
             tmp.unlink(missing_ok=True)
 
-    def _read(self, table: str, files: list[Path] | None = None) -> list[dict[str, Any]]:
+    def _read(self, table: str, files: list[Path] | None = None, *, where: str | None = None,
+              columns: str | None = None) -> list[dict[str, Any]]:
+        """Rows of a table's files; ``where`` and ``columns`` are this module's own SQL, never user text."""
         files = [f for f in (self.files(table) if files is None else files) if f.is_file()]
         if not files:
             return []
         try:
             rel = duckdb.connect().read_parquet([str(f) for f in files])
+            if where:
+                rel = rel.filter(where)
+            if columns:
+                rel = rel.project(columns)
             return [dict(zip(rel.columns, row)) for row in rel.fetchall()]
         except duckdb.Error as exc:
             raise HistoryError(f"incident history {self.root} cannot be read: "
@@ -335,6 +343,7 @@ class History:
     def culprit_rows(self) -> list[tuple[Culprit, PastIncident]]:
         """Each culprit of each whole incident with the incident as lines name it, oldest first."""
         incidents = self.incidents()
+        xids = self._xids()
         out = []
         for row in self._read("culprits"):
             inc = incidents.get(row["incident_id"])
@@ -343,9 +352,18 @@ class History:
             culprit = Culprit(cause=row["cause"], layer=row["layer"], score=row["score"], marked=bool(row["marked"]),
                               host=row["host"], gpu=row["gpu"], uuid=row["uuid"], serial=row["serial"],
                               gpu_name=row["gpu_name"], rank=row["rank"] or 0)
-            out.append((culprit, _past(inc, culprit)))
+            seen = xids.get((inc["incident_id"], culprit.host, culprit.gpu), ())
+            out.append((culprit, _past(inc, culprit, seen)))
         out.sort(key=lambda pair: (pair[1].started_at or datetime.min, pair[1].incident_id, pair[0].rank))
         return out
+
+    def _xids(self) -> dict[tuple[str, str | None, str | None], tuple[int, ...]]:
+        """Xid numbers of each incident per (host, GPU), and per (host, None) for the whole host."""
+        found: dict[tuple[str, str | None, str | None], set[int]] = {}
+        for row in self._read("events", where="xid IS NOT NULL", columns="incident_id, host, gpu, xid"):
+            for key in ((row["incident_id"], row["host"], row["gpu"]), (row["incident_id"], row["host"], None)):
+                found.setdefault(key, set()).add(int(row["xid"]))
+        return {key: tuple(sorted(values)) for key, values in found.items()}
 
     def offenders(self, *, host: str | None = None, gpu: str | None = None, since: datetime | None = None,
                   min_incidents: int | None = None) -> list[Offender]:
@@ -405,9 +423,9 @@ def _file_name(incident_id: str) -> str:
     return hashlib.sha256(incident_id.encode()).hexdigest()[:24]
 
 
-def _past(inc: dict[str, Any], culprit: Culprit) -> PastIncident:
+def _past(inc: dict[str, Any], culprit: Culprit, xids: tuple[int, ...]) -> PastIncident:
     return PastIncident(incident_id=inc["incident_id"], started_at=inc["started_at"], title=inc["title"] or "",
-                        causes=(culprit.cause,), host=culprit.host, gpu=culprit.gpu)
+                        causes=(culprit.cause,), host=culprit.host, gpu=culprit.gpu, xids=xids)
 
 
 def _by_incident(past: Iterable[PastIncident]) -> list[PastIncident]:
@@ -419,7 +437,8 @@ def _by_incident(past: Iterable[PastIncident]) -> list[PastIncident]:
             merged[p.incident_id] = p
         else:
             causes = tuple(dict.fromkeys(had.causes + p.causes))
-            merged[p.incident_id] = PastIncident(had.incident_id, had.started_at, had.title, causes, had.host, had.gpu)
+            merged[p.incident_id] = PastIncident(had.incident_id, had.started_at, had.title, causes, had.host, had.gpu,
+                                                 tuple(sorted(set(had.xids) | set(p.xids))))
     return sorted(merged.values(), key=lambda p: (p.started_at or datetime.min, p.incident_id))
 
 
@@ -509,11 +528,16 @@ def _iso(ts: datetime | None) -> str | None:
 
 
 def incidents_phrase(incidents: list[dict[str, Any]], *, hosts: bool = False) -> str:
-    """``1 incident (2025-03-10 ecc_uncorrectable on node04)``: how many, when, why (and where)."""
+    """``1 incident (2025-03-10 ecc_uncorrectable with Xid 45 63 94 on node04)``: how many, when, why
+    (and where)."""
     n = len(incidents)
-    listed = "; ".join(f"{i['date']} {', '.join(i['causes'])}" + (f" on {i['host']}" if hosts and i["host"] else "")
-                       for i in incidents)
+    listed = "; ".join(f"{i['date']} {', '.join(i['causes'])}" + (f" with {xid_text(i['xids'])}" if i["xids"] else "")
+                       + (f" on {i['host']}" if hosts and i["host"] else "") for i in incidents)
     return f"{n} incident{'s' if n != 1 else ''} ({listed})"
+
+
+def xid_text(xids: Iterable[int]) -> str:
+    return "Xid " + " ".join(str(x) for x in xids)
 
 
 def seen_before_lines(entries: list[dict[str, Any]]) -> list[str]:

@@ -83,7 +83,9 @@ def test_a_record_names_the_culprit_gpu_by_serial_and_uuid(records: dict[str, Re
     assert other.culprits[0].cause == "gpu_fell_off_bus" and other.culprits[0].uuid != first.culprits[0].uuid
     assert (first.started_at.date().isoformat(), second.started_at.date().isoformat(),
             other.started_at.date().isoformat()) == ("2025-03-10", "2025-06-02", "2025-03-01")
-    assert any(e["kind"] == "xid" and e["xid"] == 94 for e in first.events)
+    assert {(e["host"], e["gpu"], e["xid"]) for e in first.events if e["kind"] == "xid"} == {
+        ("node04", "0000:9b:00.0", 94), ("node04", "0000:9b:00.0", 63), ("node04", "0000:9b:00.0", 45)}
+    assert [e["ts"] for e in first.events] == sorted(e["ts"] for e in first.events)
 
 
 def test_two_incidents_on_one_gpu_make_it_a_repeat_offender_with_both_dates(history: History) -> None:
@@ -92,6 +94,8 @@ def test_two_incidents_on_one_gpu_make_it_a_repeat_offender_with_both_dates(hist
     gpu = offenders[0]
     assert [(i.started_at.date().isoformat(), i.host, i.causes) for i in gpu.incidents] == [
         ("2025-03-10", "node04", ("ecc_uncorrectable",)), ("2025-06-02", "node14", ("ecc_uncorrectable",))]
+    fell = history.offenders(gpu="0000:2a:00.0")[0]
+    assert [i.xids for i in fell.incidents] == [(79,)]  # node07's Xid 79, not node08's Xid 13 of the same job
     assert gpu.hosts == ("node04", "node14") and gpu.gpus == ("0000:9b:00.0",)
 
 
@@ -121,8 +125,8 @@ def test_seen_before_names_the_earlier_incident_and_only_that(history: History, 
     second = history.seen_before(records["second"])
     gpu = next(e for e in second if e["what"] == "gpu")
     assert gpu["count"] == 1 and gpu["serial"] == ECC_SERIAL and gpu["host"] == "node14"
-    assert [(i["date"], i["causes"], i["host"]) for i in gpu["incidents"]] == [
-        ("2025-03-10", ["ecc_uncorrectable"], "node04")]
+    assert [(i["date"], i["causes"], i["host"], i["xids"]) for i in gpu["incidents"]] == [
+        ("2025-03-10", ["ecc_uncorrectable"], "node04", [45, 63, 94])]
     assert [e["count"] for e in second if e["what"] == "host"] == [0]  # node14 had no incident before
     assert [e["count"] for e in history.seen_before(records["first"])] == [0, 0]  # the later one does not count
     assert [e["count"] for e in history.seen_before(records["other"])] == [0, 0]

@@ -74,7 +74,7 @@ def test_analyze_of_the_second_incident_says_seen_before(filed: tuple[dict[str, 
     code, out, err = run_cli("analyze", bundles["second"], "--history", history)
     assert code == 0, err
     assert (f"GPU serial {ECC_SERIAL} (node14 0000:9b:00.0) seen before: 1 incident "
-            "(2025-03-10 ecc_uncorrectable on node04)") in out.splitlines()
+            "(2025-03-10 ecc_uncorrectable with Xid 45 63 94 on node04)") in out.splitlines()
     code, out, _ = run_cli("analyze", bundles["first"], "--history", history)
     assert code == 0 and "seen before" not in out
     assert "History: no earlier incident names these culprits." in out

@@ -12,7 +12,7 @@ from datetime import datetime
 from workbench.bundle import Bundle, BundleError
 from workbench.commands._args import positive_int
 from workbench.errors import UsageError
-from workbench.history import History, Offender, date_of, history_dir, least_incidents, record_of
+from workbench.history import History, Offender, date_of, history_dir, least_incidents, record_of, xid_text
 from workbench.table import printable
 from workbench.timespec import parse_since
 
@@ -88,6 +88,6 @@ def render(offenders: list[Offender], *, total: int, least: int, since: datetime
         out.append(f"{o.label}{where}: {len(o.incidents)} incident(s)")
         for inc in o.incidents:
             place = " ".join(x for x in (inc.host, inc.gpu) if x) or "-"
-            out.append(f"  {date_of(inc.started_at)}  {place:<24} {', '.join(inc.causes):<28} "
-                       f"incident {inc.incident_id}  {inc.title}")
+            why = ", ".join(inc.causes) + (f" ({xid_text(inc.xids)})" if inc.xids else "")
+            out.append(f"  {date_of(inc.started_at)}  {place:<24} {why:<36} incident {inc.incident_id}  {inc.title}")
     return "\n".join(out) + "\n"
