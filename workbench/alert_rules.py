@@ -78,7 +78,7 @@ class Rule:
     def lead_text(self) -> str:
         if not self.has_samples:
             selector = f"{self.series}{{{self.template.match}}}" if self.template.match else self.series
-            return f"no samples of {selector} in the bundle: would not have fired on this data"
+            return f"no samples of {selector} around the incident: would not have fired on this data"
         if self.fired_at is None:
             return "would not have fired on this data"
         if self.lead is None:
