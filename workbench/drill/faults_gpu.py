@@ -32,7 +32,7 @@ def _traceback(rank: int, *tail: str) -> list[str]:
 def gpu_oom_training(job: Job) -> None:
     """A longer batch than any before asks for more GPU memory than is left: CUDA out of memory on one rank."""
     d = job.d
-    d.title = f"Job {d.job} failed: a rank died on {d.culprit}"
+    d.title = f"Job {d.job} failed: a rank died"
     free = d.rng.randint(300, 900)
     job.log(d.rank, fmt.pylog(d.fault, f"[rank{d.rank}] step batch: seq_len 16384 (longest so far)", "WARNING"),
             *_traceback(d.rank, f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {d.rng.randint(2, 9)}.50 GiB. "
@@ -47,7 +47,7 @@ def gpu_oom_training(job: Job) -> None:
 def app_gpu_fault_training(job: Job) -> None:
     """A custom kernel reads out of bounds: Xid 31 MMU fault on the rank's GPU, illegal memory access in its log."""
     d = job.d
-    d.title = f"Job {d.job} failed: illegal memory access on {d.culprit}"
+    d.title = f"Job {d.job} failed: illegal memory access"
     pid = d.pid(d.rank)
     job.dmesg(d.culprit, d.fault,
               f"NVRM: Xid (PCI:0000:{d.buses[d.local]}:00): 31, pid={pid}, name=python3, Ch 00000008, intr 00000000. "
@@ -83,7 +83,7 @@ def numeric_instability_training(job: Job) -> None:
 def driver_stack_mismatch_training(job: Job) -> None:
     """Unattended upgrades replaced the NVIDIA user-space libraries on one node without a reboot: CUDA cannot start there."""
     d = job.d
-    d.title = f"Job {d.job} failed at start on {d.culprit}"
+    d.title = f"Job {d.job} failed at start"
     d.place_gpu = False
     upgrade = d.start - timedelta(hours=d.rng.randint(2, 9), minutes=d.rng.randint(0, 59))
     d.fault = d.start + timedelta(seconds=9, milliseconds=d.rng.randint(0, 900))
@@ -115,7 +115,7 @@ def driver_stack_mismatch_training(job: Job) -> None:
 def fabric_manager_down_training(job: Job) -> None:
     """After a driver update the node's Fabric Manager no longer matches the driver and refuses to start: CUDA says 802."""
     d = job.d
-    d.title = f"Job {d.job} failed at start on {d.culprit}"
+    d.title = f"Job {d.job} failed at start"
     d.place_gpu = False
     d.fault = d.start + timedelta(seconds=8, milliseconds=d.rng.randint(0, 900))
     boot = d.start - timedelta(minutes=d.rng.randint(20, 200))
@@ -150,7 +150,7 @@ def gpu_hang_training(job: Job) -> None:
 def ecc_uncorrectable_training(job: Job) -> None:
     """A contained uncorrectable ECC error (Xid 94) kills the rank using the memory; a row remap is pending."""
     d = job.d
-    d.title = f"Job {d.job} failed: a rank died on {d.culprit}"
+    d.title = f"Job {d.job} failed: a rank died"
     bus, pid = d.buses[d.local], d.pid(d.rank)
     job.dmesg(d.culprit, d.fault, f"NVRM: Xid (PCI:0000:{bus}:00): 94, pid={pid}, name=python3, Contained: CE User Channel (0x9). RST: No, D-RST: No")
     job.dmesg(d.culprit, d.fault + timedelta(milliseconds=4),

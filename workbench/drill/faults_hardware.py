@@ -26,7 +26,7 @@ def _aer(job: Job, when: datetime, severity: str, kind: str, status: str, bit: s
 def gpu_fell_off_bus_training(job: Job) -> None:
     """PCIe errors on one GPU's link, then the GPU falls off the bus (Xid 79): its rank dies, the others time out."""
     d = job.d
-    d.title = f"Job {d.job} failed: GPU lost on {d.culprit}"
+    d.title = f"Job {d.job} failed: collective timeouts on every rank"
     bus = d.buses[d.local]
     for k in range(d.rng.randint(1, 3)):
         _aer(job, d.fault - timedelta(seconds=d.rng.randint(60, 600) * (k + 1)), "Uncorrected (Non-Fatal)",
@@ -45,7 +45,7 @@ def gpu_fell_off_bus_training(job: Job) -> None:
 def pcie_link_degraded_training(job: Job) -> None:
     """A GPU's PCIe link throws a burst of uncorrectable AER errors; the driver cannot recover and the rank's next access faults."""
     d = job.d
-    d.title = f"Job {d.job} failed: a rank died on {d.culprit}"
+    d.title = f"Job {d.job} failed: a rank died"
     for k in range(d.rng.randint(3, 6)):
         _aer(job, d.fault + timedelta(seconds=k * d.rng.randint(2, 20)), "Uncorrected (Non-Fatal)",
              "Transaction Layer, (Requester ID)", "00004000", "[14] CmpltTO                (First)")
@@ -66,7 +66,7 @@ def nvlink_error_training(job: Job) -> None:
 def row_remap_failure_training(job: Job) -> None:
     """An uncorrectable ECC error on a GPU with no spare rows left: the row remap fails (Xid 64)."""
     d = job.d
-    d.title = f"Job {d.job} failed: a rank died on {d.culprit}"
+    d.title = f"Job {d.job} failed: a rank died"
     bus = d.buses[d.local]
     job.dmesg(d.culprit, d.fault, f"NVRM: Xid (PCI:0000:{bus}:00): 94, pid={d.pid(d.rank)}, name=python3, Contained: CE User Channel (0x9). RST: No, D-RST: No")
     job.dmesg(d.culprit, d.fault + timedelta(milliseconds=3),
@@ -121,7 +121,7 @@ def power_throttling_training(job: Job) -> None:
 def psu_or_fan_failure_training(job: Job) -> None:
     """A power supply fails (the BMC logs it); the node loses power redundancy and its GPUs drop out."""
     d = job.d
-    d.title = f"Job {d.job} failed: {d.culprit} lost its ranks"
+    d.title = f"Job {d.job} failed: ranks lost"
     d.place_gpu = False
     when = d.fault - timedelta(seconds=d.rng.randint(2, 30))
     sel = [f"   1 | {d.start - timedelta(days=3):%m/%d/%Y} | 04:10:22 | Power Unit Pwr Unit Status | Power off/down | Deasserted",
@@ -136,7 +136,7 @@ def psu_or_fan_failure_training(job: Job) -> None:
 def host_hardware_error_training(job: Job) -> None:
     """The host's memory reports an uncorrectable error (MCE/EDAC); the ranks on it crash."""
     d = job.d
-    d.title = f"Job {d.job} failed: {d.culprit} lost its ranks"
+    d.title = f"Job {d.job} failed: ranks lost"
     d.place_gpu = False
     mc = d.rng.randint(0, 7)
     job.dmesg(d.culprit, d.fault, "mce: [Hardware Error]: Machine check events logged",

@@ -58,7 +58,7 @@ def node_drained_training(job: Job) -> None:
 def host_oom_kill_training(job: Job) -> None:
     """DataLoader workers leak host memory until the kernel OOM killer takes a rank."""
     d = job.d
-    d.title = f"Job {d.job} failed: a rank died on {d.culprit}"
+    d.title = f"Job {d.job} failed: a rank died"
     d.place_gpu = False
     pid = d.pid(d.rank)
     job.dmesg(d.culprit, d.fault,

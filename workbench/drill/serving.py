@@ -21,7 +21,7 @@ from workbench.drill import lines as fmt
 from workbench.drill.incident import Drill
 
 SCRAPE_S = 30
-SCRAPES = 44
+SCRAPES = 30
 NAMESPACE = "serving"
 IMAGE = "vllm/vllm-openai:v0.6.3"
 TTFT_BOUNDS = [0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0]
@@ -84,7 +84,7 @@ def build(d: Drill, fault: Callable[[Service], None]) -> Service:
     pods = [f"vllm-{short}-{replica}-{''.join(rng.choice('bcdfghjklmnpqrstvwxz2456789') for _ in range(5))}"
             for _ in d.hosts]
     t0 = d.start
-    d.fault = t0 + timedelta(minutes=rng.randint(9, 12), seconds=rng.randint(0, 59))
+    d.fault = t0 + timedelta(minutes=rng.randint(6, 7), seconds=rng.randint(0, 59))
     svc = Service(d, model, pods, t0)
     _routine(svc)
     fault(svc)

@@ -1,0 +1,76 @@
+"""What a drill writes: the same bytes for the same seed, other places and times for another, the
+truth kept out of the evidence, and one-line errors for a cause or folder it cannot use."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workbench.cli import main
+from workbench.drill import DrillError, write
+
+
+def _raw(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(("cause", "workload"), [("gpu_fell_off_bus", "training"), ("traffic_surge", "inference")])
+def test_the_same_seed_writes_the_same_bytes(tmp_path: Path, cause: str, workload: str) -> None:
+    one = write(cause, workload, 7, tmp_path / "one", ingest=False)
+    two = write(cause, workload, 7, tmp_path / "two", ingest=False)
+    assert _raw(one.raw) == _raw(two.raw)
+    assert [p.stat().st_mtime for p in one.files] == [p.stat().st_mtime for p in two.files]
+    assert (tmp_path / "one" / "answer.json").read_bytes() == (tmp_path / "two" / "answer.json").read_bytes()
+
+
+def test_other_seeds_draw_other_hosts_and_times(tmp_path: Path) -> None:
+    truths = [write("gpu_hang", "training", seed, tmp_path / str(seed), ingest=False).truth for seed in (1, 2, 3)]
+    assert len({t.host for t in truths}) == 3
+    assert len({t.injected_at for t in truths}) == 3
+    assert len({t.gpu for t in truths}) > 1
+    hosts = [sorted(p.name for p in (tmp_path / str(seed) / "raw").iterdir()) for seed in (1, 2, 3)]
+    assert hosts[0] != hosts[1] != hosts[2]
+
+
+def test_the_truth_stays_out_of_the_evidence(tmp_path: Path) -> None:
+    written = write("ecc_uncorrectable", "training", 2, tmp_path / "d", ingest=False)
+    answer = json.loads((tmp_path / "d" / "answer.json").read_text())
+    assert answer["cause"] == "ecc_uncorrectable" and answer["layer"] == "gpu"
+    assert answer["host"] == written.truth.host and answer["gpu"].startswith("0000:")
+    evidence = b"".join(_raw(written.raw).values())
+    assert b"ecc_uncorrectable" not in evidence and b"answer" not in b" ".join(p.name.encode() for p in written.files)
+
+
+def test_the_symptoms_show_on_the_other_hosts_too(tmp_path: Path) -> None:
+    written = write("gpu_fell_off_bus", "training", 3, tmp_path / "d", ingest=False)
+    others = [h for h in {p.relative_to(written.raw).parts[0] for p in written.files} if h not in ("slurm",)
+              and h != written.truth.host]
+    assert others
+    for host in others:
+        logs = b"".join(p.read_bytes() for p in (written.raw / host).glob("rank*.log"))
+        assert b"Watchdog caught collective operation timeout" in logs
+
+
+def test_an_unknown_cause_is_one_line_with_close_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(DrillError, match="did you mean gpu_fell_off_bus"):
+        write("gpu_fel_off_bus", None, 1, tmp_path / "d")
+    assert main(["drill", "nvlink_eror", "-o", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nvlink_error" in err
+
+
+def test_a_folder_the_drill_did_not_write_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine\n")
+    with pytest.raises(DrillError, match="not written by gpuwb drill"):
+        write("gpu_oom", None, 1, tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+def test_list_names_every_cause_with_its_workloads(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["drill", "--list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["causes"]
+    assert len(rows) == 33
+    assert {r["cause"]: r["workloads"] for r in rows}["traffic_surge"] == ["inference"]
+    assert all(r["workloads"] for r in rows)
