@@ -25,7 +25,7 @@ from workbench.errors import GpuwbError
 from workbench.table import printable
 
 COMMAND_ORDER = ("capture", "cluster", "record", "ingest", "timeline", "analyze", "open", "report", "export",
-                 "verify", "baseline", "history", "merge", "demo")
+                 "verify", "baseline", "history", "merge", "demo", "drill")
 EX_SOFTWARE = 70
 """Exit status of an internal error (a bug), as sysexits.h names it."""
 
