@@ -3,13 +3,13 @@
 Responders hand over whatever they ran: ``nvidia-smi -q`` (any driver's layout, or a pasted
 excerpt), ``nvidia-smi -q -x`` (DTD nvsmi_device_v10 through v13, often cut short), the default
 ``nvidia-smi`` table, ``--query-gpu ... --format=csv[,noheader][,nounits]``, ``nvidia-smi nvlink
---status``/``-e``, and DCGM's ``dcgmi diag``/``dmon``/``health`` and nvvs/hostengine logs, frequently
-several of them pasted into one file. So one line-driven parser recognises each block as it comes
-and hands it to the reader of that format; every reader produces the same rows as NVML
-(GpuInventory, GpuSample) and the same derived events through ``collectors.nvml.HealthTracker``.
-Lines that belong to no known block are counted as skipped, never fatal. Live capture runs
-nvidia-smi itself (TOUCHES_GPU: ``gpuwb capture --safe`` skips it, since on a GPU that fell off
-the bus it can hang the host).
+--status``/``-e``, ``nvidia-smi topo -m`` (a ``gpu_topology`` host fact), and DCGM's ``dcgmi
+diag``/``dmon``/``health`` and nvvs/hostengine logs, frequently several of them pasted into one
+file. So one line-driven parser recognises each block as it comes and hands it to the reader of
+that format; every reader produces the same rows as NVML (GpuInventory, GpuSample) and the same
+derived events through ``collectors.nvml.HealthTracker``. Lines that belong to no known block are
+counted as skipped, never fatal. Live capture runs nvidia-smi itself (TOUCHES_GPU: ``gpuwb capture
+--safe`` skips it, since on a GPU that fell off the bus it can hang the host).
 
 Times: nvidia-smi prints local time without a zone (``Mon Jul  8 08:11:21 2024``); it is kept as
 UTC with ts_origin ``localtime`` and ts_approx. Outputs with no clock of their own (nvlink, dmon)
@@ -43,7 +43,7 @@ from collectors.nvml import HealthTracker, decode_reasons, gpu_key, xid_catalog_
 
 NAME = "nvidia_smi"
 LAYER = "gpu"
-KINDS = ("nvidia_smi_q", "nvidia_smi_xml", "nvidia_smi_table", "nvidia_smi_csv", "nvidia_smi_nvlink",
+KINDS = ("nvidia_smi_q", "nvidia_smi_xml", "nvidia_smi_table", "nvidia_smi_csv", "nvidia_smi_nvlink", "nvidia_smi_topo",
          "nvidia_smi", "dcgm_diag", "dcgm_dmon", "dcgm_health", "dcgm_log")
 TIMEOUT = 45.0
 TOUCHES_GPU = True
@@ -82,6 +82,10 @@ _TABLE_GPU2 = re.compile(r"^\|\s*(\S+)\s+(\d+C|N/A|ERR!)\s+(P\d+|ERR!|N/A)\s+(\S
 _TABLE_PROC = re.compile(r"^\|\s+(\d+)\s+(?:(\S+)\s+(\S+)\s+)?(\d+)\s+([CG+]+)\s+(.+?)\s+(\d+MiB|N/A)\s*\|")
 _NVLINK_GPU = re.compile(r"^GPU (\d+): (.+?)(?: \(UUID: (GPU-[0-9A-Fa-f-]+)\))?\s*$")
 _NVLINK_LINK = re.compile(r"^\s+Link (\d+): (.*?)\s*$")
+_TOPO_HEAD = re.compile(r"^\s+GPU0(?:\s+\S+)*?\s+CPU Affinity\b")
+_TOPO_ROW = re.compile(r"^(GPU\d+|NIC\d+|mlx\S+)\s")
+_TOPO_LEGEND = re.compile(r"^(?:\s*(?:NIC\s+)?Legend:\s*$|\s+\S+\s+=\s|\s+NIC\d+:\s)")
+_TOPO_SPLIT = re.compile(r"\t|\s{2,}")
 _CSV_FIELD = re.compile(r"^[a-z_][a-z0-9_.]*(?: \[[^\]]+\])?$")
 _QUERY_CMD = re.compile(r"--query-gpu[= ]([\w.,]+).*?--format[= ](\S+)")
 _ANNOTATION = re.compile(r"\s+(?:<=|<-|#)\s.*$")
@@ -118,6 +122,7 @@ def capture(ctx: CaptureContext) -> Iterator[Artifact]:
         yield ctx.run(["nvidia-smi", "-q"], kind="nvidia_smi_q", timeout=COMMAND_TIMEOUT)
     yield ctx.run(["nvidia-smi", "nvlink", "--status"], kind="nvidia_smi_nvlink", timeout=COMMAND_TIMEOUT)
     yield ctx.run(["nvidia-smi", "nvlink", "-e"], kind="nvidia_smi_nvlink", timeout=COMMAND_TIMEOUT)
+    yield ctx.run(["nvidia-smi", "topo", "-m"], kind="nvidia_smi_topo", timeout=COMMAND_TIMEOUT)
 
 
 # -- sniff ---------------------------------------------------------------------------------------
@@ -137,6 +142,8 @@ def sniff(name: str, head: str) -> dict[str, int]:
         return {"dcgm_log": 85}
     if any(_QUERY_CMD.search(ln) for ln in lines[:40]) or (lines and _is_csv_header(lines[0])):
         return {"nvidia_smi_csv": 90}
+    if any(_TOPO_HEAD.match(ln) for ln in lines[:5]):
+        return {"nvidia_smi_topo": 90}
     if len(lines) > 1 and _NVLINK_GPU.match(lines[0]) and _NVLINK_LINK.match(lines[1]):
         return {"nvidia_smi_nvlink": 90}
     if any(_DMON_HEAD.match(ln) for ln in lines[:40]):
@@ -536,6 +543,8 @@ class TextParser:
             self.pending_date = (parse_ctime(stripped), stripped)
         elif _NVLINK_GPU.match(line):
             yield from self._open(NvlinkBlock(self), n, line)
+        elif _TOPO_HEAD.match(line):
+            yield from self._open(TopoBlock(self), n, line)
         elif (m := _QUERY_CMD.search(line)) or _is_csv_header(stripped):
             yield from self._open(CsvBlock(self, m), n, line)
         elif m := _POD.search(line):
@@ -976,6 +985,39 @@ class CsvBlock(Block):
                              layer="gpu", severity="error", gpu=normalize_pci(bus),
                              attrs={"error": f"query {column}", "reason": reason, "pci": normalize_pci(bus)}, line=n))
         return out
+
+
+class TopoBlock(Block):
+    """``nvidia-smi topo -m``: how each GPU reaches each other GPU (``NV18``: 18 bonded NVLinks; ``SYS``,
+    ``NODE``, ``PHB``, ``PXB``, ``PIX``: PCIe paths), as one ``gpu_topology`` host fact, JSON
+    ``{"GPU0": {"GPU1": "NV18", ...}, ...}``; NIC columns and the affinities are left out."""
+
+    def __init__(self, parser: TextParser) -> None:
+        super().__init__(parser)
+        self.columns: list[str] = []
+        self.matrix: dict[str, dict[str, str]] = {}
+        self.blank_run = 0
+
+    def feed(self, n: int, line: str) -> tuple[list[Row], bool]:
+        if not line.strip():
+            self.blank_run += 1
+            return [], self.blank_run < 3
+        self.blank_run = 0
+        if not self.columns and _TOPO_HEAD.match(line):
+            self.columns = [c.strip() for c in _TOPO_SPLIT.split(line.strip()) if c.strip()]
+            return [], True
+        if m := _TOPO_ROW.match(line):
+            cells = [c.strip() for c in _TOPO_SPLIT.split(line.strip())][1:]
+            if m.group(1).startswith("GPU"):
+                self.matrix[m.group(1)] = {peer: cell for peer, cell in zip(self.columns, cells)
+                                           if peer.startswith("GPU") and peer != m.group(1) and cell}
+            return [], True
+        return [], bool(_TOPO_LEGEND.match(line))
+
+    def close(self) -> list[Row]:
+        if not self.matrix:
+            return []
+        return [HostFact("gpu_topology", json.dumps(self.matrix, sort_keys=True), host=self.p.host)]
 
 
 class NvlinkBlock(Block):

@@ -40,6 +40,7 @@ NVLINK_SPEED_TOLERANCE = 0.02
 BUSY_PSTATES = ("P0", "P1", "P2", "P3", "P4")
 DIAG_ORDER = {"skip": 0, "pass": 1, "warn": 2, "fail": 3}
 SUPPORTS = {"pcie_link_down": "pcie_link_degraded", "nvlink_down": "nvlink_error",
+            "nvlink_topology_changed": "nvlink_error",
             "nvlink_speed_down": "nvlink_error", "version_changed": "driver_stack_mismatch",
             "vbios_changed": "driver_stack_mismatch"}
 """Drift kind -> the cause id (playbooks/causes.yaml) it is evidence for."""
@@ -92,7 +93,8 @@ def node_state(bundle: Bundle, host: str | None = None) -> dict[str, dict[str, A
     hosts: dict[str, dict[str, Any]] = {}
 
     def entry(name: str | None) -> dict[str, Any]:
-        return hosts.setdefault(name or NO_HOST, {"versions": {}, "dcgm_diag": {}, "nccl_busbw_gbps": {}, "gpus": {}})
+        return hosts.setdefault(name or NO_HOST, {"versions": {}, "dcgm_diag": {}, "nccl_busbw_gbps": {},
+                                                  "gpu_topology": {}, "gpus": {}})
 
     for name, versions in host_versions(bundle.con).items():
         kept = {k: v for k, v in versions.items() if k in TRACKED_VERSIONS}
@@ -109,11 +111,29 @@ def node_state(bundle: Bundle, host: str | None = None) -> dict[str, dict[str, A
             "min(TRY_CAST(attrs->>'avg_busbw_gbps' AS DOUBLE)) FROM event WHERE kind = 'nccl_test_result' "
             "GROUP BY ALL HAVING max(TRY_CAST(attrs->>'avg_busbw_gbps' AS DOUBLE)) IS NOT NULL").fetchall():
         entry(name)["nccl_busbw_gbps"][test] = {"best": best, "worst": worst}
+    for name, value in bundle.con.execute(
+            "SELECT h.host, h.value FROM host_inventory h LEFT JOIN artifact a ON a.sha256 = h.artifact "
+            "WHERE h.key = 'gpu_topology' ORDER BY coalesce(a.id, 0)").fetchall():
+        entry(name)["gpu_topology"] = _pairs(value)
     for name, gpus in _gpu_states(bundle).items():
         entry(name)["gpus"] = gpus
     if host is not None:
         return {host: hosts[host]} if host in hosts else {}
     return {name: hosts[name] for name in sorted(hosts)}
+
+
+def _pairs(value: str) -> dict[str, str]:
+    """``nvidia-smi topo -m``'s matrix (the ``gpu_topology`` host fact) as ``{"GPU0-GPU1": "NV18"}``, each pair once."""
+    try:
+        matrix = json.loads(value)
+    except ValueError:
+        return {}
+    pairs: dict[str, str] = {}
+    for gpu, peers in (matrix.items() if isinstance(matrix, dict) else ()):
+        for peer, link in (peers.items() if isinstance(peers, dict) else ()):
+            a, b = sorted((gpu, peer), key=lambda g: (len(g), g))
+            pairs.setdefault(f"{a}-{b}", str(link))
+    return dict(sorted(pairs.items(), key=lambda kv: [int(x) for x in re.findall(r"\d+", kv[0])]))
 
 
 def _gpu_states(bundle: Bundle) -> dict[str, dict[str, dict[str, Any]]]:
@@ -214,6 +234,7 @@ def build(bundle: Bundle, *, host: str | None = None, source: str = "") -> dict[
                    "root_digest": seal["root_digest"] if seal else None},
         "hosts": {name: {"versions": s["versions"], "dcgm_diag": dict(sorted(s["dcgm_diag"].items())),
                          "nccl_busbw_gbps": {t: v["best"] for t, v in sorted(s["nccl_busbw_gbps"].items())},
+                         "gpu_topology": s["gpu_topology"],
                          "gpus": {bus: accepted_gpu(g) for bus, g in s["gpus"].items()}}
                   for name, s in states.items()},
     }
@@ -258,7 +279,8 @@ def load(path: str | Path) -> dict[str, Any]:
 def _well_formed(host: Any) -> bool:
     if not isinstance(host, dict):
         return False
-    if not all(isinstance(host.get(k, {}), dict) for k in ("gpus", "versions", "dcgm_diag", "nccl_busbw_gbps")):
+    if not all(isinstance(host.get(k, {}), dict) for k in ("gpus", "versions", "dcgm_diag", "nccl_busbw_gbps",
+                                                          "gpu_topology")):
         return False
     return all(isinstance(g, dict) for g in host.get("gpus", {}).values())
 
@@ -314,6 +336,15 @@ def _compare_host(name: str, accepted: dict[str, Any], now: dict[str, Any], out:
             drop = (was - is_) / was
             drift("busbw_dropped", "error" if drop > BUSBW_DROP_ERROR else "warning", None, test, was, is_,
                   f"{_host(name)} {test} bus bandwidth {is_:g} GB/s; accepted at {was:g} GB/s (-{drop:.0%})")
+    topology = accepted.get("gpu_topology") or {}
+    if topology and not now["gpu_topology"]:
+        out.unchecked.append(f"{_host(name)}: no nvidia-smi topo -m in this bundle")
+    for pair, was in (topology.items() if now["gpu_topology"] else ()):
+        is_ = now["gpu_topology"].get(pair)
+        if is_ is not None and is_ != was:
+            lost_nvlink = str(was).startswith("NV") and (not is_.startswith("NV") or _bonded(is_) < _bonded(was))
+            drift("nvlink_topology_changed", "error" if lost_nvlink else "warning", None, pair, was, is_,
+                  f"{_host(name)} {pair.replace('-', ' to ')} is {is_}; accepted at {was}")
     gpus_now = now["gpus"]
     gpus_was = accepted.get("gpus") or {}
     if gpus_was and not gpus_now:
@@ -332,6 +363,12 @@ def _compare_host(name: str, accepted: dict[str, Any], now: dict[str, Any], out:
         label = " ".join(str(x) for x in (state.get("name"), _identity(state)) if x)
         drift("gpu_added", "warning", bus, "gpu", None, _identity(state),
               f"{bus} ({label or 'unknown GPU'}) is not in the accepted baseline")
+
+
+def _bonded(link: str) -> int:
+    """The number of NVLinks of ``NV18``; 0 for a PCIe path."""
+    m = re.fullmatch(r"NV(\d+)", link)
+    return int(m.group(1)) if m else 0
 
 
 def _identity(gpu: dict[str, Any]) -> str | None:

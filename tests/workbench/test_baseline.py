@@ -259,3 +259,17 @@ def test_the_report_has_a_drift_section_only_with_a_baseline(tmp_path: Path, acc
     doc = json.loads(run_cli("report", later, "--baseline", accepted, "--no-verify", "-f", "json")[1])
     assert [d["kind"] for d in doc["baseline_drift"]["drift"]] == ["pcie_link_down", "version_changed"]
     assert "baseline_drift" not in json.loads(run_cli("report", later, "--no-verify", "-f", "json")[1])
+
+
+def test_a_changed_nvlink_topology_is_drift(tmp_path: Path, accepted: Path) -> None:
+    assert json.loads(accepted.read_text())["hosts"]["node07"]["gpu_topology"] == {"GPU0-GPU1": "NV18"}
+    topo = (ACCEPTED / "node07" / "nvidia-smi-topo-m.txt").read_text()
+    assert topo.count("NV18") == 2
+    later = capture(tmp_path, "topo", files={"nvidia-smi-topo-m.txt": topo.replace("NV18", "SYS")})
+    (d,) = diff(later, accepted)[1]["drift"]
+    assert (d["kind"], d["severity"], d["what"], d["supports"], d["message"]) == (
+        "nvlink_topology_changed", "error", "GPU0-GPU1", "nvlink_error", "node07 GPU0 to GPU1 is SYS; accepted at NV18")
+    fewer = capture(tmp_path, "fewer", files={"nvidia-smi-topo-m.txt": topo.replace("NV18", "NV12")})
+    assert [d["severity"] for d in diff(fewer, accepted)[1]["drift"]] == ["error"]
+    gone = capture(tmp_path, "no_topo", files={"nvidia-smi-topo-m.txt": None})
+    assert diff(gone, accepted)[1]["unchecked"] == ["node07: no nvidia-smi topo -m in this bundle"]
