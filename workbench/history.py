@@ -12,6 +12,7 @@ changes nothing, and adding it again after more evidence was sealed into it repl
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from collections.abc import Iterable
@@ -47,7 +48,7 @@ SCHEMAS = {
         ("incident_id", pa.string()), ("root_digest", pa.string()), ("title", pa.string()),
         ("started_at", _TS), ("ended_at", _TS), ("workload", pa.string()), ("impact", pa.string()),
         ("causes", pa.list_(pa.string())), ("summary", pa.string()), ("bundle", pa.string()),
-        ("added_at", _TS), ("tool", pa.string())]),
+        ("merged_from", pa.list_(pa.string())), ("added_at", _TS), ("tool", pa.string())]),
     "culprits": pa.schema([
         ("incident_id", pa.string()), ("started_at", _TS), ("rank", pa.int32()), ("cause", pa.string()),
         ("layer", pa.string()), ("score", pa.float64()), ("marked", pa.bool_()), ("host", pa.string()),
@@ -121,6 +122,8 @@ class Record:
     bundle: str
     culprits: list[Culprit] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    merged_from: list[str] = field(default_factory=list)
+    """Incident ids of the bundles ``gpuwb merge`` made this one of: the same incident, told in parts."""
 
     @property
     def causes(self) -> list[str]:
@@ -194,7 +197,17 @@ def record_of(bundle: Bundle, analysis: dict[str, Any] | None = None, *, events:
         started_at=started, ended_at=parse_iso(window.get("end")),
         workload=analysis.get("workload") or "unknown", impact=analysis.get("impact") or "none",
         summary=str(summary), bundle=str(bundle.path.resolve()), culprits=culprits,
-        events=_key_events(bundle) if events else [])
+        events=_key_events(bundle) if events else [], merged_from=_merged_from(meta.get("merged_from")))
+
+
+def _merged_from(text: str | None) -> list[str]:
+    """The incident ids in a merged bundle's ``merged_from`` meta (a JSON list of the inputs)."""
+    try:
+        inputs = json.loads(text) if text else []
+    except ValueError:
+        return []
+    ids = [item.get("incident_id") for item in inputs if isinstance(item, dict)] if isinstance(inputs, list) else []
+    return [str(i) for i in ids if i]
 
 
 def _culprits(bundle: Bundle, analysis: dict[str, Any], state: journal.JournalState) -> list[Culprit]:
@@ -304,7 +317,7 @@ class History:
             "incident_id": inc, "root_digest": record.root_digest, "title": record.title,
             "started_at": record.started_at, "ended_at": record.ended_at, "workload": record.workload,
             "impact": record.impact, "causes": record.causes, "summary": record.summary, "bundle": record.bundle,
-            "added_at": added_at, "tool": f"gpuwb {__version__}"}])
+            "merged_from": record.merged_from, "added_at": added_at, "tool": f"gpuwb {__version__}"}])
         return "updated" if existing else "added"
 
     def _write(self, table: str, name: str, rows: list[dict[str, Any]]) -> None:
@@ -337,8 +350,11 @@ class History:
                                f"{(str(exc).splitlines() or [''])[0]}") from None
 
     def incidents(self) -> dict[str, dict[str, Any]]:
-        """Every whole incident, by id."""
-        return {row["incident_id"]: row for row in self._read("incidents")}
+        """Every whole incident, by id; the per-node bundles of an incident added as a merged bundle
+        too are that incident, counted once (as the merged one)."""
+        rows = self._read("incidents")
+        parts = {part for row in rows for part in row["merged_from"] or ()}
+        return {row["incident_id"]: row for row in rows if row["incident_id"] not in parts}
 
     def culprit_rows(self) -> list[tuple[Culprit, PastIncident]]:
         """Each culprit of each whole incident with the incident as lines name it, oldest first."""
@@ -395,7 +411,8 @@ class History:
     def seen_before(self, record: Record) -> list[dict[str, Any]]:
         """For each culprit GPU and host of ``record``: the earlier incidents of the history that
         name the same GPU or host as a culprit (never ``record`` itself, never a later incident)."""
-        rows = [(c, p) for c, p in self.culprit_rows() if p.incident_id != record.incident_id
+        itself = {record.incident_id, *record.merged_from}
+        rows = [(c, p) for c, p in self.culprit_rows() if p.incident_id not in itself
                 and (record.started_at is None or p.started_at is None or p.started_at <= record.started_at)]
         out: list[dict[str, Any]] = []
         for culprit in _distinct_gpus(record.culprits):

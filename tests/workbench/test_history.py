@@ -158,6 +158,21 @@ def test_a_bundle_sealed_again_replaces_its_incident(tmp_path: Path, history: Hi
     assert len(history.incidents()) == 3 and [len(o.incidents) for o in history.offenders()] == [2]
 
 
+def test_a_merged_bundle_and_its_parts_are_one_incident(tmp_path: Path, history: History, incidents: dict[str, Path],
+                                                         records: dict[str, Record]) -> None:
+    merged = tmp_path / "merged.duckdb"
+    code, out, err = run_cli("merge", merged, incidents["first"], incidents["other"])
+    assert code == 0, err or out
+    with Bundle.open(merged) as bundle:
+        record = record_of(bundle)
+    assert sorted(record.merged_from) == sorted([records["first"].incident_id, records["other"].incident_id])
+    assert [e["count"] for e in history.seen_before(record)] == [0, 0, 0, 0]  # its own parts are not "before" it
+    assert history.add(record) == "added"
+    assert set(history.incidents()) == {record.incident_id, records["second"].incident_id}
+    (gpu,) = history.offenders()
+    assert [i.incident_id for i in gpu.incidents] == [record.incident_id, records["second"].incident_id]
+
+
 def test_an_add_cut_short_before_its_incident_row_is_invisible(history: History, records: dict[str, Record]) -> None:
     lone = Record(incident_id="feedfacecafe", root_digest="0" * 64, title="half", started_at=datetime(2025, 7, 1),
                   ended_at=None, workload="training", impact="failure", summary="", bundle="-",
