@@ -237,11 +237,11 @@ def _culprits(bundle: Bundle, analysis: dict[str, Any], state: journal.JournalSt
 def _identity(bundle: Bundle, host: str | None, gpu: str) -> tuple[str | None, str | None, str | None]:
     """UUID, serial and product name of a GPU: the inventory first, then NVML samples and event attrs."""
     con = bundle.con
-    rows = con.execute(
-        "SELECT uuid, serial, name FROM gpu_inventory WHERE gpu = ? AND host IS NOT DISTINCT FROM ? "
-        "ORDER BY serial NULLS LAST, uuid NULLS LAST LIMIT 1", [gpu, host]).fetchall()
-    uuid, serial, name = rows[0] if rows else (None, None, None)
-    if not _value(uuid):
+    rows = con.execute("SELECT uuid, serial, name FROM gpu_inventory WHERE gpu = ? AND host IS NOT DISTINCT FROM ?",
+                       [gpu, host]).fetchall()
+    # several readings (nvidia-smi -q, NVML, the kernel's serial line): the first real value of each
+    uuid, serial, name = [next((v for v in map(_value, column) if v), None) for column in zip(*rows)] or [None] * 3
+    if not uuid:
         rows = con.execute(
             "SELECT uuid FROM gpu_sample WHERE gpu = ? AND host IS NOT DISTINCT FROM ? AND uuid IS NOT NULL "
             "UNION ALL SELECT attrs->>'uuid' FROM event WHERE gpu = ? AND host IS NOT DISTINCT FROM ? "

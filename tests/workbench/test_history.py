@@ -11,6 +11,7 @@ import duckdb
 import pytest
 
 from tests.conftest import ROOT, run_cli
+from workbench import journal
 from workbench.bundle import Bundle
 from workbench.history import Culprit, History, HistoryError, Record, record_of
 
@@ -86,6 +87,20 @@ def test_a_record_names_the_culprit_gpu_by_serial_and_uuid(records: dict[str, Re
     assert {(e["host"], e["gpu"], e["xid"]) for e in first.events if e["kind"] == "xid"} == {
         ("node04", "0000:9b:00.0", 94), ("node04", "0000:9b:00.0", 63), ("node04", "0000:9b:00.0", 45)}
     assert [e["ts"] for e in first.events] == sorted(e["ts"] for e in first.events)
+
+
+def test_the_root_cause_responders_marked_is_the_first_culprit(tmp_path: Path, incidents: dict[str, Path]) -> None:
+    copy = tmp_path / "marked.duckdb"
+    shutil.copy(incidents["other"], copy)
+    with Bundle.open(copy, write=True) as bundle:
+        journal.mark_root_cause(bundle, "alice", "pcie_link_degraded", host="node07", gpu="0000:2A:00.0",
+                                text="riser card reseated twice before")
+    with Bundle.open(copy) as bundle:
+        record = record_of(bundle)
+    marked = record.culprits[0]
+    assert (marked.rank, marked.marked, marked.cause, marked.gpu) == (0, True, "pcie_link_degraded", "0000:2a:00.0")
+    assert marked.uuid == "GPU-4f0e1b9a-7c2d-11ee-8c90-0242ac120002" and marked.serial == ECC_SERIAL
+    assert record.causes[:2] == ["pcie_link_degraded", "gpu_fell_off_bus"]
 
 
 def test_two_incidents_on_one_gpu_make_it_a_repeat_offender_with_both_dates(history: History) -> None:
