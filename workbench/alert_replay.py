@@ -21,8 +21,9 @@ it; several in one step keep the last for counters, else the worst):
   under node-exporter's InfiniBand names.
 
 The forms: ``SELECTOR OP N`` (instant value, 5 min lookback), ``increase(SELECTOR[W]) OP N``
-(Prometheus' extrapolated increase, counter resets included) and ``floor(SELECTOR / B) % 2 == 1``
-(one bit of a bitmask). Range and lookback windows are closed at both ends, as in Prometheus 2.x.
+(Prometheus' extrapolated increase, counter resets included), ``floor(SELECTOR / B) % 2 == 1``
+(one bit of a bitmask) and ``histogram_quantile(Q, sum by (le, ...) (rate(SELECTOR[W]))) OP N``
+(Prometheus' bucketQuantile over the summed bucket rates). Range and lookback windows are closed at both ends, as in Prometheus 2.x.
 """
 
 from __future__ import annotations
@@ -241,6 +242,8 @@ _OP = r"(?P<op>>=|<=|==|!=|>|<)"
 _FORMS = (
     ("increase", re.compile(rf"^increase\(\s*{_SELECTOR}\[(?P<window>\d+)(?P<unit>[smh])\]\s*\)\s*{_OP}\s*{_NUMBER}$")),
     ("bit", re.compile(rf"^floor\(\s*{_SELECTOR}\s*/\s*(?P<bit>\d+)\s*\)\s*%\s*2\s*==\s*1$")),
+    ("quantile", re.compile(rf"^histogram_quantile\(\s*(?P<q>[0-9.]+)\s*,\s*sum\s+by\s*\((?P<by>[\w\s,]*)\)\s*"
+                            rf"\(\s*rate\(\s*{_SELECTOR}\[(?P<window>\d+)(?P<unit>[smh])\]\s*\)\s*\)\s*\)\s*{_OP}\s*{_NUMBER}$")),
     ("value", re.compile(rf"^{_SELECTOR}\s*{_OP}\s*{_NUMBER}$")),
 )
 _MATCHER = re.compile(r'\s*(?P<label>[a-zA-Z_]\w*)\s*(?P<op>=~|!~|!=|=)\s*"(?P<value>(?:[^"\\]|\\.)*)"\s*(?:,|$)')
@@ -260,6 +263,8 @@ class Expr:
     threshold: float
     window: timedelta | None = None
     bit: int | None = None
+    quantile: float | None = None
+    by: tuple[str, ...] = ()
 
     def matches(self, labels: Labels) -> bool:
         have = dict(labels)
@@ -293,12 +298,16 @@ def parse(expr: str) -> Expr:
                     op=groups.get("op") or "==", threshold=float(groups.get("threshold") or 1),
                     window=timedelta(seconds=int(groups["window"]) * _UNITS[groups["unit"]])
                     if groups.get("window") else None,
-                    bit=int(groups["bit"]) if groups.get("bit") else None)
+                    bit=int(groups["bit"]) if groups.get("bit") else None,
+                    quantile=float(groups["q"]) if groups.get("q") else None,
+                    by=tuple(b.strip() for b in (groups.get("by") or "").split(",") if b.strip()))
     raise ValueError(f"unsupported expression form: {expr!r}")
 
 
 def measured(expr: Expr, grid: Replay) -> dict[Labels, list[float | None]]:
     """What the expression compares, per output series and grid point (None: no result there)."""
+    if expr.form == "quantile":
+        return _quantiles(expr, grid)
     out: dict[Labels, list[float | None]] = {}
     for s in grid.series.get(expr.name, []):
         if not expr.matches(s.labels):
@@ -333,6 +342,57 @@ def alert_states(expr: Expr, hold: timedelta, grid: Replay) -> dict[Labels, list
             firing.append(since is not None and (i - since) * grid.step >= hold)
         out[labels] = firing
     return out
+
+
+def _quantiles(expr: Expr, grid: Replay) -> dict[Labels, list[float | None]]:
+    """``histogram_quantile(q, sum by (le, ...) (rate(x_bucket[W])))`` per group and grid point."""
+    assert expr.window is not None and expr.quantile is not None
+    keep = [b for b in expr.by if b != "le"]
+    groups: dict[Labels, list[tuple[float, list[float | None]]]] = {}
+    for s in grid.series.get(expr.name, []):
+        labels = dict(s.labels)
+        if not expr.matches(s.labels) or "le" not in labels:
+            continue
+        rates = [None if (v := _increase(s.values, i, expr.window, grid.step)) is None
+                 else v / expr.window.total_seconds() for i in range(grid.length)]
+        key = tuple((k, labels[k]) for k in sorted(keep) if labels.get(k))
+        groups.setdefault(key, []).append((float(labels["le"]), rates))
+    out: dict[Labels, list[float | None]] = {}
+    for key, buckets in groups.items():
+        values: list[float | None] = []
+        for i in range(grid.length):
+            summed: dict[float, float] = {}
+            for le, rates in buckets:
+                if rates[i] is not None:
+                    summed[le] = summed.get(le, 0.0) + rates[i]
+            q = bucket_quantile(expr.quantile, sorted(summed.items())) if summed else math.nan
+            values.append(None if math.isnan(q) else q)
+        out[key] = values
+    return out
+
+
+def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
+    """Prometheus 2.x ``bucketQuantile`` over (upper bound, cumulative count) sorted by bound."""
+    if not buckets or not math.isinf(buckets[-1][0]):
+        return math.nan
+    counts, top = [], -math.inf
+    for _, count in buckets:
+        top = max(top, count)
+        counts.append(top)
+    if len(buckets) < 2 or counts[-1] == 0:
+        return math.nan
+    rank = q * counts[-1]
+    b = next((i for i in range(len(buckets) - 1) if counts[i] >= rank), len(buckets) - 1)
+    if b == len(buckets) - 1:
+        return buckets[-2][0]
+    if b == 0 and buckets[0][0] <= 0:
+        return buckets[0][0]
+    start, end, count = 0.0, buckets[b][0], counts[b]
+    if b > 0:
+        start = buckets[b - 1][0]
+        count -= counts[b - 1]
+        rank -= counts[b - 1]
+    return start + (end - start) * (rank / count)
 
 
 def _instant(values: list[float | None], i: int, step: timedelta) -> float | None:

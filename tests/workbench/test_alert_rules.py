@@ -186,3 +186,27 @@ def test_lead_text_says_before_or_after_detection_in_whole_minutes(fired, detect
     rule = alert_rules.Rule(template=template, series=template.series[0], expr="", threshold=None, basis="",
                             fired_at=fired, detection=detected, has_samples=True)
     assert rule.lead_text == text
+
+
+def test_bucket_quantile_interpolates_inside_the_bucket_that_holds_the_rank():
+    buckets = [(0.1, 10.0), (0.5, 60.0), (1.0, 90.0), (float("inf"), 100.0)]
+    # rank 50 lies in (0.1, 0.5]: 40 of that bucket's 50 observations -> 0.1 + 0.4 x 40/50
+    assert alert_replay.bucket_quantile(0.5, buckets) == pytest.approx(0.42)
+    # rank 99 lies in +Inf: Prometheus answers the highest finite bound
+    assert alert_replay.bucket_quantile(0.99, buckets) == 1.0
+    assert alert_replay.bucket_quantile(0.5, [(0.1, 0.0), (float("inf"), 0.0)]) != \
+        alert_replay.bucket_quantile(0.5, [(0.1, 0.0), (float("inf"), 0.0)])  # NaN: no observations
+
+
+def test_quantile_form_sums_bucket_rates_by_its_labels():
+    grid = Replay(T0, STEP, 11, {"h_bucket": [
+        Series("h_bucket", (("instance", "a"), ("le", "0.5")), [float(6 * i) for i in range(11)]),
+        Series("h_bucket", (("instance", "a"), ("le", "+Inf")), [float(10 * i) for i in range(11)]),
+    ]})
+    values = alert_replay.measured(alert_replay.parse(
+        "histogram_quantile(0.5, sum by (le, instance) (rate(h_bucket[5m]))) > 0.6"), grid)[(("instance", "a"),)]
+    # per minute 6 of 10 observations under 0.5 s: rank 5 of 10 is 5/6 of the way into (0, 0.5]
+    assert values[0] is None and values[10] == pytest.approx(0.5 * 5 / 6)
+    values = alert_replay.measured(alert_replay.parse(
+        "histogram_quantile(0.9, sum by (le, instance) (rate(h_bucket[5m]))) > 0.6"), grid)[(("instance", "a"),)]
+    assert values[10] == 0.5  # rank 9 lies in +Inf: the highest finite bound
