@@ -23,7 +23,8 @@ it; several in one step keep the last for counters, else the worst):
 The forms: ``SELECTOR OP N`` (instant value, 5 min lookback), ``increase(SELECTOR[W]) OP N``
 (Prometheus' extrapolated increase, counter resets included), ``floor(SELECTOR / B) % 2 == 1``
 (one bit of a bitmask) and ``histogram_quantile(Q, sum by (le, ...) (rate(SELECTOR[W]))) OP N``
-(Prometheus' bucketQuantile over the summed bucket rates). Range and lookback windows are closed at both ends, as in Prometheus 2.x.
+(Prometheus' bucketQuantile over the summed bucket rates). Range and lookback windows are closed
+at both ends, as in Prometheus 2.x.
 """
 
 from __future__ import annotations
