@@ -1,0 +1,293 @@
+"""How long ``gpuwb merge`` takes on a fleet: 1,000 small node bundles into one incident.
+
+Each node's bundle is made the way a per-node capture or a handed-over folder makes it: raw files
+written in their tools' formats (``uptime -s`` and ``date``, a few ``dmesg`` lines, ``nvidia-smi -q``
+for 8 GPUs, a few NCCL/PyTorch lines of the job's ranks, the shared ``sacct -P`` output) and ingested
+with ``ingest_paths`` into one bundle per node. One node's GPU falls off the bus (AER, Xid 79) and its
+rank dies; every other node's ranks hit the NCCL watchdog ten minutes later.
+
+Then, each in a child process with its own peak RSS (``os.wait4``):
+
+- ``gpuwb merge OUT DIR`` over the whole directory, and as the baseline measured in the same run the
+  same merge at ``--baseline-nodes`` (default 100): per-node cost at both sizes says whether it scales;
+- ``gpuwb merge --into`` adding ``--late`` late nodes to the merged bundle, against re-merging all;
+- ``gpuwb verify``, ``gpuwb analyze --json``, ``gpuwb report -f md`` on the merged bundle (their output size
+  too: it must not grow with the host count) and the cockpit's Overview loaded headless until it names
+  the culprit.
+
+    python tests/perf/merge_bench.py [--nodes 1000] [--baseline-nodes 100] [--late 10] [--keep DIR]
+
+Before the set-based merge (one ATTACH and a dozen statements per bundle, counts of the growing
+tables, another host's copy of known bytes row by row in Python), on the same bundles: 100 bundles
+13.9 s, 300 bundles 60.6 s (RSS 200 MB), growing faster than the node count.
+"""
+
+# ruff: noqa: E501  (log lines are kept whole)
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from workbench.demo.nvsmi import Gpu, page  # noqa: E402
+
+
+def culprit_of(nodes: int) -> int:
+    """Index of the node whose GPU falls off the bus: one in the middle, neither the first nor the last."""
+    return nodes * 417 // 1000
+JOB = "77031"
+BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
+BAD_GPU = 3
+CAPTURED = datetime(2026, 5, 20, 4, 40, 0, tzinfo=timezone.utc)
+START = datetime(2026, 5, 20, 1, 0, 5, tzinfo=timezone.utc)
+FELL_OFF = datetime(2026, 5, 20, 4, 1, 16, 402000, tzinfo=timezone.utc)
+WATCHDOG = FELL_OFF + timedelta(milliseconds=601_350)
+JOB_END = datetime(2026, 5, 20, 4, 12, 52, tzinfo=timezone.utc)
+
+
+def host_name(n: int) -> str:
+    return f"gpu{n + 1:04d}"
+
+
+def _boot(n: int) -> datetime:
+    return datetime(2026, 5, 2, 3, 0, 0, tzinfo=timezone.utc) + timedelta(seconds=37 * n)
+
+
+def _dmesg(n: int, nodes: int) -> str:
+    boot = _boot(n)
+
+    def line(when: datetime, text: str) -> str:
+        return f"[{(when - boot).total_seconds():>12.6f}] {text}"
+
+    lines = [
+        line(boot + timedelta(seconds=21.4), "nvidia-nvlink: Nvlink Core is being initialized, major device number 508"),
+        line(boot + timedelta(seconds=21.9), "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  550.90.07  Release Build  (dvs-builder@U16-I3-B07-3-1)  Thu Jun 20 18:22:31 UTC 2024"),
+        line(boot + timedelta(seconds=34.1), "mlx5_core 0000:0c:00.0: mlx5_port_module_event:1151:(pid 0): Port module event: module 0, Cable plugged"),
+        line(boot + timedelta(seconds=36.7), "IPv6: ADDRCONF(NETDEV_CHANGE): ibp12s0: link becomes ready"),
+    ]
+    if n == culprit_of(nodes):
+        bus = BUSES[BAD_GPU]
+        lines += [
+            line(FELL_OFF, f"pcieport 0000:5c:00.0: AER: Uncorrected (Fatal) error received: 0000:{bus}:00.0"),
+            line(FELL_OFF, f"nvidia 0000:{bus}:00.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Receiver ID)"),
+            line(FELL_OFF + timedelta(microseconds=920), f"NVRM: Xid (PCI:0000:{bus}:00): 79, pid=0, GPU has fallen off the bus."),
+            line(FELL_OFF + timedelta(microseconds=924), f"NVRM: GPU 0000:{bus}:00.0: GPU has fallen off the bus."),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _nvsmi(n: int, nodes: int) -> str:
+    gpus, missing = [], []
+    for i, bus in enumerate(BUSES):
+        if n == culprit_of(nodes) and i == BAD_GPU:
+            missing.append(f"0000:{bus}:00.0")
+            continue
+        gpus.append(Gpu(index=i, bus=f":{bus}:00.0", uuid=f"GPU-{n:08x}-5b7c-4e0a-9c21-{i:012x}",
+                        serial=f"1654{n:06d}{i}", util=0, mem_used=1, temp=31 + (i + n) % 5, power=71.0 + (i + n) % 9))
+    return page(gpus, CAPTURED - timedelta(seconds=7), missing=missing)
+
+
+def _ranks_log(n: int, nodes: int) -> str:
+    host = host_name(n)
+    ip = f"10.{10 + n // 250}.{n % 250}.11"
+    lines = []
+    for local in range(8):
+        rank, pid = n * 8 + local, 4101 + local
+        lines.append(f"{host}:{pid}:{pid} [{local}] NCCL INFO Bootstrap : Using ibp12s0:{ip}<0>")
+        lines.append(f"{host}:{pid}:{pid + 209} [{local}] NCCL INFO comm 0x55d5c8f0{rank:06x} rank {rank} nranks {nodes * 8} "
+                     f"cudaDev {local} nvmlDev {local} busId {BUSES[local]}000 commId 0x7a3f5c21d9e84b06 - Init COMPLETE")
+    for local in range(8):
+        rank = n * 8 + local
+        if n == culprit_of(nodes) and local == BAD_GPU:
+            when = FELL_OFF + timedelta(milliseconds=702)
+            stamp = f"E{when.month}{when:%d %H:%M:%S}.{when.microsecond:06d}113"
+            lines.append(f"[rank{rank}]:[{stamp} ProcessGroupNCCL.cpp:1595] [PG ID 0 PG GUID 0(default_pg) Rank {rank}] "
+                         "Process group watchdog thread terminated with exception: CUDA error: unspecified launch failure")
+            continue
+        if local:
+            continue
+        when = WATCHDOG + timedelta(milliseconds=3 * n)
+        stamp = f"E{when.month}{when:%d %H:%M:%S}.{when.microsecond:06d}000"
+        lines.append(f"[rank{rank}]:[{stamp} ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective operation "
+                     "timeout: WorkNCCL(SeqNum=184203, OpType=ALLREDUCE, NumelIn=67108864, NumelOut=67108864, "
+                     f"Timeout(ms)=600000) ran for {601350 + 3 * n} milliseconds before timing out.")
+    return "\n".join(lines) + "\n"
+
+
+def _sacct(nodes: int) -> str:
+    span = f"2026-05-20T00:58:12|{START:%Y-%m-%dT%H:%M:%S}|{JOB_END:%Y-%m-%dT%H:%M:%S}|03:12:47"
+    nodelist = f"gpu[0001-{nodes:04d}]"
+    return ("JobID|JobName|Partition|Account|AllocCPUS|State|ExitCode|Submit|Start|End|Elapsed|NodeList|AllocTRES\n"
+            f"{JOB}|llm-pretrain-405b|gpu|foundation|{nodes * 192}|FAILED|1:0|{span}|{nodelist}|"
+            f"billing={nodes * 192},cpu={nodes * 192},gres/gpu={nodes * 8},node={nodes}\n")
+
+
+def write_node(folder: Path, n: int, nodes: int) -> None:
+    """One node's evidence folder, as a per-node capture would hand it over."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {
+        "uptime-s.txt": f"{_boot(n):%Y-%m-%d %H:%M:%S}\n",
+        "date.txt": f"{CAPTURED:%a %b %d %H:%M:%S} UTC {CAPTURED:%Y}\n",
+        "dmesg.txt": _dmesg(n, nodes),
+        "nvidia-smi-q.txt": _nvsmi(n, nodes),
+        f"torchrun-{JOB}.log": _ranks_log(n, nodes),
+        "sacct.txt": _sacct(nodes),
+    }
+    for name, text in files.items():
+        path = folder / name
+        path.write_text(text, encoding="utf-8")
+        os.utime(path, (CAPTURED.timestamp(), CAPTURED.timestamp()))
+
+
+def build_node(args: tuple[Path, int, int]) -> float:
+    """Write node ``n``'s files and ingest them into ``DIR/HOST.duckdb``; seconds it took."""
+    from workbench.bundle import Bundle
+    from workbench.ingest import ingest_paths
+
+    where, n, nodes = args
+    started = time.perf_counter()
+    host = host_name(n)
+    out = where / f"{host}.duckdb"
+    if out.exists():
+        return 0.0
+    with tempfile.TemporaryDirectory(prefix="gpuwb-node-") as tmp:
+        folder = Path(tmp) / host
+        write_node(folder, n, nodes)
+        partial = where / f".{host}.duckdb"
+        partial.unlink(missing_ok=True)
+        with Bundle.create(partial, title=f"job {JOB} on {host}") as bundle:
+            ingest_paths(bundle, [str(folder)], host=host)
+        partial.rename(out)
+    return time.perf_counter() - started
+
+
+def build_all(where: Path, first: int, count: int, nodes: int, workers: int) -> tuple[float, float]:
+    """Node bundles ``first``..``first + count - 1`` in ``where`` (kept ones are reused); wall seconds and
+    the mean seconds per node bundle of those built now."""
+    where.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    jobs = [(where, n, nodes) for n in range(first, first + count)]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        costs = [c for c in pool.map(build_node, jobs, chunksize=8) if c]
+    return time.perf_counter() - started, (sum(costs) / len(costs) if costs else 0.0)
+
+
+def timed(argv: list[str]) -> tuple[float, int, str]:
+    """Wall seconds, peak RSS (MiB) of that child alone, and its stdout."""
+    began = time.perf_counter()
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, cwd=ROOT)
+        out = proc.stdout.read() if proc.stdout else b""
+        _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - began
+        code = proc.returncode = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            err.seek(0)
+            raise SystemExit(f"{' '.join(argv[2:5])} failed ({code}): {err.read().decode(errors='replace')[-800:]}")
+    return elapsed, usage.ru_maxrss // 1024, out.decode(errors="replace")
+
+
+def gpuwb(*args: object) -> list[str]:
+    return [sys.executable, "-m", "workbench.cli", *map(str, args)]
+
+
+async def _cockpit_until_culprit(path: Path) -> tuple[float, str]:
+    from workbench.shared_bundle import SharedBundle
+    from workbench.tui.app import Cockpit
+
+    started = time.perf_counter()
+    app = Cockpit(SharedBundle(path, "bench"))
+    async with app.run_test(size=(160, 50)) as pilot:
+        while app.model is None and app.analysis_error is None:
+            if time.perf_counter() - started > 600:
+                raise TimeoutError("the cockpit did not name a culprit in 10 minutes")
+            await pilot.pause(0.01)
+        await pilot.pause()
+        elapsed = time.perf_counter() - started
+        text = "\n".join(str(w.render()) for w in app.screen.query("Static"))
+        await pilot.press("q")
+    return elapsed, text
+
+
+def cockpit_child(path: Path, culprit: str) -> None:
+    """Run in a child of the bench: the Overview headless until the culprit is named; prints JSON."""
+    elapsed, text = asyncio.run(_cockpit_until_culprit(path))
+    print(json.dumps({"seconds": elapsed, "chars": len(text), "culprit": culprit in text}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000, help="node bundles to merge (default 1000)")
+    parser.add_argument("--baseline-nodes", type=int, default=100, help="the same merge at this size, for per-node cost")
+    parser.add_argument("--late", type=int, default=10, help="late nodes added with merge --into (default 10)")
+    parser.add_argument("--workers", type=int, default=max(1, min(4, os.cpu_count() or 1)),
+                        help="processes building the node bundles")
+    parser.add_argument("--keep", metavar="DIR", help="build the node bundles here and reuse them next time")
+    parser.add_argument("--cockpit-child", metavar="BUNDLE", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.cockpit_child:
+        cockpit_child(Path(args.cockpit_child), host_name(culprit_of(args.nodes)))
+        return
+    from workbench.table import format_table
+
+    with tempfile.TemporaryDirectory(prefix="gpuwb-merge-bench-") as tmp:
+        work = Path(args.keep) if args.keep else Path(tmp)
+        nodes_dir, late_dir = work / f"nodes{args.nodes}", work / f"late{args.nodes}"
+        rows: list[list[str]] = []
+        build_s, per_node = build_all(nodes_dir, 0, args.nodes, args.nodes, args.workers)
+        build_all(late_dir, args.nodes, args.late, args.nodes, args.workers)
+        size = sum(p.stat().st_size for p in nodes_dir.glob("*.duckdb"))
+        rows.append([f"build {args.nodes} node bundles (ingest, {args.workers} processes)", f"{build_s:.1f}", "-",
+                     f"{per_node:.2f} s per bundle built now; {size / 2**20:.0f} MiB on disk"])
+        merged = Path(tmp) / "merged.duckdb"
+        small = Path(tmp) / "small.duckdb"
+        baseline = sorted(nodes_dir.glob("*.duckdb"))[:args.baseline_nodes]
+        secs_b, rss_b, _ = timed(gpuwb("merge", small, *baseline))
+        rows.append([f"baseline: merge {len(baseline)} bundles", f"{secs_b:.1f}", str(rss_b),
+                     f"{secs_b / len(baseline) * 1000:.0f} ms per bundle"])
+        secs, rss, out = timed(gpuwb("merge", merged, nodes_dir))
+        rows.append([f"merge {args.nodes} bundles (a directory)", f"{secs:.1f}", str(rss),
+                     f"{secs / args.nodes * 1000:.0f} ms per bundle; {merged.stat().st_size / 2**20:.0f} MiB"])
+        late = sorted(late_dir.glob("*.duckdb"))
+        secs_l, rss_l, _ = timed(gpuwb("merge", "--into", merged, *late))
+        rows.append([f"merge --into: {len(late)} late nodes", f"{secs_l:.1f}", str(rss_l),
+                     f"{secs_l / secs:.0%} of the whole merge"])
+        secs_r, rss_r, out_r = timed(gpuwb("merge", "--into", merged, *late))
+        rows.append(["merge --into: the same late nodes again", f"{secs_r:.1f}", str(rss_r),
+                     f"{out_r.count('already merged')} of {len(late)} skipped as already merged"])
+        secs_v, rss_v, out_v = timed(gpuwb("verify", merged))
+        rows.append(["verify merged", f"{secs_v:.1f}", str(rss_v), out_v.strip().splitlines()[-1][:60]])
+        secs_a, rss_a, out_a = timed(gpuwb("analyze", merged, "--json"))
+        doc = json.loads(out_a)
+        top = doc["hypotheses"][0] if doc.get("hypotheses") else {}
+        culprit = host_name(culprit_of(args.nodes))
+        rows.append(["analyze --json", f"{secs_a:.1f}", str(rss_a),
+                     f"top {top.get('cause')} on {top.get('host')} ({'right' if top.get('host') == culprit else 'WRONG'}); "
+                     f"{len(out_a) // 1024} KiB, "
+                     f"{len(doc.get('hypotheses', []))} hypotheses"])
+        secs_m, rss_m, out_m = timed(gpuwb("report", merged, "-f", "md"))
+        rows.append(["report -f md", f"{secs_m:.1f}", str(rss_m),
+                     f"{len(out_m) // 1024} KiB, {out_m.count(chr(10))} lines, "
+                     f"culprit {'named' if culprit in out_m else 'MISSING'}"])
+        secs_c, rss_c, out_c = timed([sys.executable, __file__, "--cockpit-child", str(merged),
+                                      "--nodes", str(args.nodes)])
+        cockpit = json.loads(out_c)
+        rows.append(["cockpit Overview until the culprit is named", f"{secs_c:.1f}", str(rss_c),
+                     f"{cockpit['chars']} chars painted, culprit {'named' if cockpit['culprit'] else 'MISSING'}"])
+    print(format_table(["step", "wall s", "peak RSS MiB", "notes"], rows))
+
+
+if __name__ == "__main__":
+    main()
