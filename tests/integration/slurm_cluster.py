@@ -1,10 +1,14 @@
-"""A real single-node Slurm cluster (munge, MariaDB, slurmdbd, slurmctld, slurmd) in one temp dir.
+"""A real Slurm cluster (munge, MariaDB, slurmdbd, slurmctld, one slurmd per node) in one temp dir.
 
 Set up as Slurm's Quick Start Administrator Guide (https://slurm.schedmd.com/quickstart_admin.html)
 and slurmdbd.conf man page describe, Debian 12's packages: every daemon runs in the foreground as a
 child of the test process, so teardown stops exactly these PIDs; nothing under /etc is read or written, and
 every port is a free loopback port chosen at start. A daemon that does not come up within its
 bounded wait raises ClusterError carrying the tail of its log, so the test fails with the cause.
+
+Several nodes run on this one machine as Slurm's multiple-slurmd mode has them: each ``NodeName`` with
+its own ``Port``, each slurmd started as ``slurmd -N NAME``, spool, pid and log files named per node
+(``%n``). ``dead_nodes`` are listed in slurm.conf but get no slurmd: nodes that never answer.
 """
 
 from __future__ import annotations
@@ -50,9 +54,14 @@ class SlurmCluster:
 
     root: Path
     node: str = NODE
+    extra_nodes: tuple[str, ...] = ()
+    dead_nodes: tuple[str, ...] = ()
+    extra_conf: str = ""
     procs: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.nodes = [self.node, *self.extra_nodes]
+        self.multi = len(self.nodes) + len(self.dead_nodes) > 1
         self.etc, self.log, self.run_dir = self.root / "etc", self.root / "log", self.root / "run"
         self.out = self.root / "out"
         self.conf = self.etc / "slurm.conf"
@@ -73,10 +82,12 @@ class SlurmCluster:
             self._start_mariadb()
             self._start_slurmdbd()
             self._spawn("slurmctld", ["slurmctld", "-D"])
-            self._spawn("slurmd", ["slurmd", "-D", "-N", self.node])
-            self._wait("slurmd", lambda: self.cmd(["sinfo", "-h", "-n", self.node, "-o", "%T"],
-                                                  check=False).stdout.strip() == "idle",
-                       self.log / "slurmd.log", also=self.log / "slurmctld.log")
+            for node in self.nodes:
+                self._spawn(self._slurmd_name(node), ["slurmd", "-D", "-N", node])
+            for node in self.nodes:
+                self._wait(self._slurmd_name(node), lambda n=node: self.cmd(["sinfo", "-h", "-n", n, "-o", "%T"],
+                                                                           check=False).stdout.strip() == "idle",
+                           self._slurmd_log(node), also=self.log / "slurmctld.log")
         except BaseException:
             self.stop()
             raise
@@ -85,7 +96,7 @@ class SlurmCluster:
     def stop(self) -> None:
         """Cancel jobs first (slurmstepd outlives slurmd otherwise), then stop daemons newest first."""
         names = {name for name, _ in self.procs}
-        if {"slurmctld", "slurmd"} <= names:
+        if "slurmctld" in names and self._slurmd_name(self.node) in names:
             self.cmd(["scancel", "--full", "--user=root"], check=False, timeout=10)
             deadline = time.monotonic() + 15
             while time.monotonic() < deadline and self.cmd(["squeue", "-h"], check=False).stdout.strip():
@@ -93,6 +104,18 @@ class SlurmCluster:
         stop_children(self.procs, grace=15)
         if getattr(self, "munge_dir", None) is not None:
             shutil.rmtree(self.munge_dir, ignore_errors=True)
+
+    def _slurmd_name(self, node: str) -> str:
+        return f"slurmd-{node}" if self.multi else "slurmd"
+
+    def _slurmd_log(self, node: str) -> Path:
+        return self.log / (f"slurmd-{node}.log" if self.multi else "slurmd.log")
+
+    def stop_node(self, node: str) -> None:
+        """Take a node off the air: its slurmd is stopped, the controller still counts on it."""
+        name = self._slurmd_name(node)
+        stop_children([p for p in self.procs if p[0] == name], grace=15)
+        self.procs = [p for p in self.procs if p[0] != name]
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
         out = open(self.log / f"{name}.out", "wb")
@@ -186,11 +209,11 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={self.munge_socket}
 StateSaveLocation={self.root / 'spool/ctld'}
-SlurmdSpoolDir={self.root / 'spool/d'}
+SlurmdSpoolDir={self.root / ('spool/d-%n' if self.multi else 'spool/d')}
 SlurmctldPidFile={self.run_dir / 'slurmctld.pid'}
-SlurmdPidFile={self.run_dir / 'slurmd.pid'}
+SlurmdPidFile={self.run_dir / ('slurmd-%n.pid' if self.multi else 'slurmd.pid')}
 SlurmctldLogFile={self.log / 'slurmctld.log'}
-SlurmdLogFile={self.log / 'slurmd.log'}
+SlurmdLogFile={self.log / ('slurmd-%n.log' if self.multi else 'slurmd.log')}
 SlurmctldDebug=info
 SlurmdDebug=info
 PlugStackConfig={self.etc / 'plugstack.conf'}
@@ -215,9 +238,18 @@ ReturnToService=2
 MinJobAge=3600
 KillWait=5
 InactiveLimit=0
-NodeName={self.node} NodeAddr=127.0.0.1 NodeHostname=localhost CPUs=8 RealMemory=1000 State=UNKNOWN
+{self._node_lines()}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-""")
+{self.extra_conf}""")
+
+    def _node_lines(self) -> str:
+        """One NodeName line per node; with several, each slurmd listens on its own port."""
+        lines = []
+        for node in [*self.nodes, *self.dead_nodes]:
+            port = f" Port={free_port()}" if self.multi else ""
+            lines.append(f"NodeName={node} NodeAddr=127.0.0.1 NodeHostname=localhost{port} CPUs=8 RealMemory=1000 "
+                         "State=UNKNOWN")
+        return "\n".join(lines)
 
     # ----------------------------------------------------------------- clients
     def cmd(self, argv: list[str], *, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:

@@ -132,7 +132,7 @@ def coverage_table(results: list[NodeResult]) -> str:
     rows = [(r.node, r.status, f"{r.seconds:.1f}", r.slurm_state, r.captured_on,
              r.bundle.name if r.bundle else "", r.reason) for r in results]
     return format_table(["node", "status", "seconds", "slurm state", "captured on", "bundle", "reason"], rows,
-                        max_width=100)
+                        max_width=120)
 
 
 def coverage_document(results: list[NodeResult], about: dict[str, Any]) -> dict[str, Any]:
