@@ -3,12 +3,13 @@
 Responders hand over whatever they ran: ``nvidia-smi -q`` (any driver's layout, or a pasted
 excerpt), ``nvidia-smi -q -x`` (DTD nvsmi_device_v10 through v13, often cut short), the default
 ``nvidia-smi`` table, ``--query-gpu ... --format=csv[,noheader][,nounits]``, ``nvidia-smi nvlink
---status``/``-e``, ``nvidia-smi topo -m`` (a ``gpu_topology`` host fact), and DCGM's ``dcgmi
-diag``/``dmon``/``health`` and nvvs/hostengine logs, frequently several of them pasted into one
-file. So one line-driven parser recognises each block as it comes and hands it to the reader of
-that format; every reader produces the same rows as NVML (GpuInventory, GpuSample) and the same
-derived events through ``collectors.nvml.HealthTracker``. Lines that belong to no known block are
-counted as skipped, never fatal. Live capture runs nvidia-smi itself (TOUCHES_GPU: ``gpuwb capture
+--status``/``-e``, ``nvidia-smi topo -m`` (a ``gpu_topology`` host fact), ``nv-fabricmanager
+--version`` (``versions.fabricmanager``), and DCGM's ``dcgmi diag``/``dmon``/``health`` and
+nvvs/hostengine logs, frequently several of them pasted into one file. So one line-driven parser
+recognises each block as it comes and hands it to the reader of that format; every reader produces
+the same rows as NVML (GpuInventory, GpuSample) and the same derived events through
+``collectors.nvml.HealthTracker``. Lines that belong to no known block are counted as skipped,
+never fatal. Live capture runs nvidia-smi itself (TOUCHES_GPU: ``gpuwb capture
 --safe`` skips it, since on a GPU that fell off the bus it can hang the host).
 
 Times: nvidia-smi prints local time without a zone (``Mon Jul  8 08:11:21 2024``); it is kept as
@@ -44,6 +45,7 @@ from collectors.nvml import HealthTracker, decode_reasons, gpu_key, xid_catalog_
 NAME = "nvidia_smi"
 LAYER = "gpu"
 KINDS = ("nvidia_smi_q", "nvidia_smi_xml", "nvidia_smi_table", "nvidia_smi_csv", "nvidia_smi_nvlink", "nvidia_smi_topo",
+         "fabricmanager_version",
          "nvidia_smi", "dcgm_diag", "dcgm_dmon", "dcgm_health", "dcgm_log")
 TIMEOUT = 45.0
 TOUCHES_GPU = True
@@ -86,6 +88,7 @@ _TOPO_HEAD = re.compile(r"^\s+GPU0(?:\s+\S+)*?\s+CPU Affinity\b")
 _TOPO_ROW = re.compile(r"^(GPU\d+|NIC\d+|mlx\S+)\s")
 _TOPO_LEGEND = re.compile(r"^(?:\s*(?:NIC\s+)?Legend:\s*$|\s+\S+\s+=\s|\s+NIC\d+:\s)")
 _TOPO_SPLIT = re.compile(r"\t|\s{2,}")
+_FM_VERSION = re.compile(r"Fabric Manager version is\s*:\s*(\d[\w.-]*)")
 _CSV_FIELD = re.compile(r"^[a-z_][a-z0-9_.]*(?: \[[^\]]+\])?$")
 _QUERY_CMD = re.compile(r"--query-gpu[= ]([\w.,]+).*?--format[= ](\S+)")
 _ANNOTATION = re.compile(r"\s+(?:<=|<-|#)\s.*$")
@@ -123,6 +126,8 @@ def capture(ctx: CaptureContext) -> Iterator[Artifact]:
     yield ctx.run(["nvidia-smi", "nvlink", "--status"], kind="nvidia_smi_nvlink", timeout=COMMAND_TIMEOUT)
     yield ctx.run(["nvidia-smi", "nvlink", "-e"], kind="nvidia_smi_nvlink", timeout=COMMAND_TIMEOUT)
     yield ctx.run(["nvidia-smi", "topo", "-m"], kind="nvidia_smi_topo", timeout=COMMAND_TIMEOUT)
+    if ctx.which("nv-fabricmanager") is not None:
+        yield ctx.run(["nv-fabricmanager", "--version"], kind="fabricmanager_version", timeout=COMMAND_TIMEOUT)
 
 
 # -- sniff ---------------------------------------------------------------------------------------
@@ -142,6 +147,8 @@ def sniff(name: str, head: str) -> dict[str, int]:
         return {"dcgm_log": 85}
     if any(_QUERY_CMD.search(ln) for ln in lines[:40]) or (lines and _is_csv_header(lines[0])):
         return {"nvidia_smi_csv": 90}
+    if any(_FM_VERSION.search(ln) for ln in lines[:5]):
+        return {"fabricmanager_version": 85}
     if any(_TOPO_HEAD.match(ln) for ln in lines[:5]):
         return {"nvidia_smi_topo": 90}
     if len(lines) > 1 and _NVLINK_GPU.match(lines[0]) and _NVLINK_LINK.match(lines[1]):
@@ -545,6 +552,8 @@ class TextParser:
             yield from self._open(NvlinkBlock(self), n, line)
         elif _TOPO_HEAD.match(line):
             yield from self._open(TopoBlock(self), n, line)
+        elif m := _FM_VERSION.search(line):
+            yield HostFact("versions.fabricmanager", m.group(1), host=self.host)
         elif (m := _QUERY_CMD.search(line)) or _is_csv_header(stripped):
             yield from self._open(CsvBlock(self, m), n, line)
         elif m := _POD.search(line):

@@ -74,7 +74,7 @@ def test_the_baseline_keeps_what_acceptance_showed(accepted: Path) -> None:
     doc = json.loads(accepted.read_text())
     assert (doc["format"], doc["version"]) == ("gpuwb-baseline", baseline.VERSION)
     node = doc["hosts"]["node07"]
-    assert node["versions"] == {"cuda": "12.2", "dcgm": "3.3.5", "driver": "535.129.03"}
+    assert node["versions"] == {"cuda": "12.2", "dcgm": "3.3.5", "driver": "535.129.03", "fabricmanager": "535.129.03"}
     assert node["dcgm_diag"] == {"diagnostic": "pass", "memory": "pass", "pcie": "pass", "software": "pass",
                                  "targeted_stress": "pass"}
     gpu = node["gpus"]["0000:5d:00.0"]
@@ -273,3 +273,16 @@ def test_a_changed_nvlink_topology_is_drift(tmp_path: Path, accepted: Path) -> N
     assert [d["severity"] for d in diff(fewer, accepted)[1]["drift"]] == ["error"]
     gone = capture(tmp_path, "no_topo", files={"nvidia-smi-topo-m.txt": None})
     assert diff(gone, accepted)[1]["unchecked"] == ["node07: no nvidia-smi topo -m in this bundle"]
+
+
+def test_fabric_manager_drift_is_its_own(tmp_path: Path, accepted: Path) -> None:
+    """A driver update is driver drift; Fabric Manager drifts only when nv-fabricmanager --version moved too."""
+    later = capture(tmp_path, "fm", q={"Driver Version                            : 535.129.03":
+                                       "Driver Version                            : 535.183.01"})
+    assert [d["message"] for d in diff(later, accepted)[1]["drift"]] == [
+        "node07 runs driver 535.183.01; accepted at 535.129.03"]
+    fm = capture(tmp_path, "fm_too", q={"Driver Version                            : 535.129.03":
+                                        "Driver Version                            : 535.183.01"},
+                 files={"nv-fabricmanager-version.txt": "Fabric Manager version is : 535.183.01\n"})
+    assert [(d["what"], d["now"]) for d in diff(fm, accepted)[1]["drift"]] == [
+        ("driver", "535.183.01"), ("fabricmanager", "535.183.01")]
