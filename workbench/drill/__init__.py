@@ -73,8 +73,7 @@ def write(cause: str, workload: str | None, seed: int, out: Path, *, ingest: boo
     raw = out / "raw"
     module = training if d.workload == "training" else serving
     files = d.write(raw, module.capture(d))
-    truth = d.truth()
-    truth.layer = load_causes()[cause]["layer"]
+    truth = d.truth(load_causes()[cause]["layer"])
     (out / ANSWER).write_text(json.dumps(truth.to_json(), indent=2) + "\n", encoding="utf-8")
     bundle = None
     if ingest:

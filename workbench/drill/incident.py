@@ -125,8 +125,9 @@ class Drill:
         """Append lines to a raw file (created on first use)."""
         self.files.setdefault(rel, []).extend(lines)
 
-    def truth(self) -> Truth:
-        return Truth(cause=self.cause, layer="", workload=self.workload, seed=self.seed,
+    def truth(self, layer: str) -> Truth:
+        """The truth of the incident as built; ``layer`` is the cause's layer in the catalog."""
+        return Truth(cause=self.cause, layer=layer, workload=self.workload, seed=self.seed,
                      host=self.culprit if self.place_host else None,
                      gpu=self.gpu if self.place_gpu and self.place_host else None,
                      rank=self.rank if self.workload == "training" and self.place_host else None,

@@ -72,7 +72,6 @@ class Job:
     smi_edit: Callable[[str], str] | None = None
     """Edits the culprit host's nvidia-smi -q page."""
     missing_gpu: bool = False
-    capture_files: dict[str, str] = field(default_factory=dict)
 
     def dmesg(self, host: str, when: datetime, *texts: str) -> None:
         """Kernel lines on a host, all stamped ``when`` (one record and its continuation lines)."""
@@ -121,7 +120,6 @@ def build(d: Drill, fault: Callable[[Job], None]) -> Job:
         d.texts[f"{host}/uptime-s.txt"] = f"{job.boots[host]:%Y-%m-%d %H:%M:%S}\n"
         d.texts[f"{host}/date.txt"] = f"{capture(d):%a %b %d %H:%M:%S} UTC {capture(d):%Y}\n"
         d.texts[f"{host}/nvidia-smi-q.txt"] = _nvsmi(job, host)
-    d.texts.update(job.capture_files)
     return job
 
 

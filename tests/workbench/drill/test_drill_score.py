@@ -80,3 +80,26 @@ def test_a_missing_answer_is_one_line(drill: Path, tmp_path: Path, capsys: pytes
     assert main(["drill", "score", str(drill / "bundle.duckdb"), "--answer", str(tmp_path)]) == 2
     assert "no drill answer" in capsys.readouterr().err
     assert main(["drill", "score", str(drill / "bundle.duckdb")]) == 2
+
+
+def _keys(value: object) -> set[str]:
+    """Every key of a JSON object, nested ones included."""
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in _keys(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in _keys(v)}
+    return set()
+
+
+def test_every_json_key_is_in_the_cli_contract(drill: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.test_docs import documented_keys
+
+    printed = _keys(_score(capsys, drill / "bundle.duckdb", drill))
+    assert main(["drill", "--list", "--json"]) == 0
+    printed |= _keys(json.loads(capsys.readouterr().out))
+    assert main(["drill", "gpu_oom", "-o", str(tmp_path / "d"), "--no-ingest", "--json"]) == 0
+    made = json.loads(capsys.readouterr().out)
+    assert made["bundle"] is None and made["files"] > 0
+    printed |= _keys(made)
+    layers = {"business", "scheduling", "gpu", "network_storage", "hardware"}
+    assert printed - layers - documented_keys("drill") == set()
