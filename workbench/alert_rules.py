@@ -311,6 +311,12 @@ def describe(the_plan: Plan) -> list[dict[str, Any]]:
             for r in the_plan.rules]
 
 
+def unmeasured_causes(causes: list[str]) -> list[dict[str, str]]:
+    """The causes no time series shows, with why (the report says so instead of leaving a silent gap)."""
+    why = load_unmeasured()
+    return [{"cause": c, "why": why[c]} for c in dict.fromkeys(causes) if c in why]
+
+
 def lead_minutes(lead: timedelta | None) -> int | None:
     """Whole minutes, rounded toward zero: 14 min 50 s before detection is 14 min."""
     if lead is None:

@@ -115,7 +115,7 @@ def _monitoring(bundle: Bundle, root: dict[str, Any] | None, hyps: list[dict[str
     detection = times["detection"]["ts"] if times.get("detection") else None
     the_plan = alert_rules.plan(bundle, causes, start=start, detection=detection, end=end)
     return {"causes": the_plan.causes, "start": start, "detection": detection, "end": end,
-            "rules": alert_rules.describe(the_plan)}
+            "rules": alert_rules.describe(the_plan), "unmeasured": alert_rules.unmeasured_causes(the_plan.causes)}
 
 
 def _run_analysis(bundle: Bundle) -> tuple[dict[str, Any], str | None]:

@@ -210,3 +210,21 @@ def test_quantile_form_sums_bucket_rates_by_its_labels():
     values = alert_replay.measured(alert_replay.parse(
         "histogram_quantile(0.9, sum by (le, instance) (rate(h_bucket[5m]))) > 0.6"), grid)[(("instance", "a"),)]
     assert values[10] == 0.5  # rank 9 lies in +Inf: the highest finite bound
+
+
+def test_report_says_why_a_cause_has_no_rule(bundle_path):
+    from workbench import report
+
+    _temp_bundle(bundle_path, [(m, 70.0) for m in range(10)])
+    analysis = {"hypotheses": [{"cause": "quantization_regression", "layer": "business", "score": 0.9},
+                               {"cause": "thermal_throttling", "layer": "hardware", "score": 0.5}]}
+    with Bundle.open(bundle_path) as bundle:
+        model = report.build(bundle, analysis=analysis, verify=False)
+    monitoring = model["monitoring"]
+    assert monitoring["causes"] == ["quantization_regression", "thermal_throttling"]
+    assert {r["cause"] for r in monitoring["rules"]} == {"thermal_throttling"}
+    why = alert_rules.load_unmeasured()["quantization_regression"]
+    assert monitoring["unmeasured"] == [{"cause": "quantization_regression", "why": why}]
+    markdown, html = report.render(model, "md"), report.render(model, "html")
+    assert "`quantization_regression`: no alert rule: " + report.md_text(why) in markdown
+    assert "no alert rule: " in html and "GpuTemperatureAboveBaseline" in html
