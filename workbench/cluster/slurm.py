@@ -38,6 +38,8 @@ ALLOCATION_WAIT_S = 10
 DOWN_STATES = ("down", "future", "powered_down", "power_down", "powering_down")
 """Node states (sinfo ``%T``, without the ``*`` of a node not responding) where nothing is launched."""
 
+INTERRUPTED = "interrupted (Ctrl-C)"
+
 _JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -165,12 +167,14 @@ def srun_command(node: str, command: list[str], *, timeout_s: float, workdir: Pa
 
 def run_plans(plans: list[NodePlan], *, timeout_s: float, fanout: int,
               env: Mapping[str, str] | None = None, poll_s: float = 0.1,
-              progress: Callable[[NodeResult], None] | None = None) -> list[NodeResult]:
-    """Run every plan's srun, at most ``fanout`` at once, each cut off at ``timeout_s``; one result per
-    plan, in the plans' order. Ctrl-C stops every srun still running, then propagates."""
+              progress: Callable[[NodeResult], None] | None = None) -> tuple[list[NodeResult], bool]:
+    """Run every plan's srun, at most ``fanout`` at once, each cut off at ``timeout_s``. Returns one
+    result per plan, in the plans' order, and whether the run was complete: Ctrl-C stops every srun
+    still running and leaves the nodes not finished as ``failed``, interrupted."""
     pending = deque(plans)
     running: dict[str, tuple[NodePlan, subprocess.Popen, float, datetime, IO[bytes]]] = {}
     results: dict[str, NodeResult] = {}
+    complete = True
     try:
         while pending or running:
             while pending and len(running) < fanout:
@@ -182,7 +186,7 @@ def run_plans(plans: list[NodePlan], *, timeout_s: float, fanout: int,
             for node, (plan, proc, began, started_at, log) in list(running.items()):
                 timed_out = proc.poll() is None and time.monotonic() - began > timeout_s
                 if timed_out:
-                    stop(proc)
+                    stop([proc])
                 elif proc.returncode is None:
                     continue
                 log.close()
@@ -194,26 +198,36 @@ def run_plans(plans: list[NodePlan], *, timeout_s: float, fanout: int,
                 if progress:
                     progress(results[node])
             time.sleep(poll_s)
+    except KeyboardInterrupt:
+        complete = False
     finally:
-        for _plan, proc, _began, _at, log in running.values():
-            stop(proc)
+        stop([proc for _plan, proc, _began, _at, _log in running.values()])
+        for node, (plan, _proc, began, started_at, log) in running.items():
             log.close()
-    return [results[p.node] for p in plans]
+            results[node] = NodeResult(node, "failed", INTERRUPTED, seconds=time.monotonic() - began,
+                                       slurm_state=plan.slurm_state, log=plan.log, started_at=started_at)
+    for plan in plans:
+        results.setdefault(plan.node, NodeResult(plan.node, "failed", f"not started: {INTERRUPTED}",
+                                                 slurm_state=plan.slurm_state))
+    return [results[p.node] for p in plans], complete
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """TERM to srun (it cancels its step on the node), KILL to its process group after a grace."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
+def stop(procs: list[subprocess.Popen]) -> None:
+    """TERM to each srun (it cancels its step on the node), all at once; KILL to the process group of
+    any still there after one grace period."""
+    alive = [p for p in procs if p.poll() is None]
+    for proc in alive:
+        proc.terminate()
+    deadline = time.monotonic() + KILL_GRACE_S
+    for proc in alive:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            proc.kill()
-        proc.wait(timeout=KILL_GRACE_S)
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):  # already gone, or not ours to signal: kill the child
+                proc.kill()
+            proc.wait(timeout=KILL_GRACE_S)
 
 
 def plan_nodes(nodes: list[str], states: dict[str, tuple[str, str]], *, folder: Path, gpuwb: list[str],

@@ -98,11 +98,12 @@ def _capture(args: argparse.Namespace) -> tuple[list, dict[str, Any]]:
           f"{len(skipped)} down; {args.node_timeout:g} s each, {args.fanout} at once -> {folder}", file=sys.stderr)
     for r in skipped:
         _progress(r)
-    launched = slurm.run_plans(plans, timeout_s=args.node_timeout, fanout=args.fanout, progress=_progress)
+    launched, complete = slurm.run_plans(plans, timeout_s=args.node_timeout, fanout=args.fanout,
+                                         progress=_progress)
     by_node = {r.node: r for r in [*launched, *skipped]}
     about = {"launcher": "srun", "job": job.job if job else None, "job_state": job.state if job else None,
              "nodes": nodes, "since": since.isoformat(timespec="seconds"), "node_timeout_s": args.node_timeout,
-             "safe": args.safe}
+             "safe": args.safe, "complete": complete}
     return [by_node[n] for n in nodes], about
 
 
@@ -144,6 +145,9 @@ def _finish(args: argparse.Namespace, folder: Path, results: list, about: dict[s
     print()
     print(summary(results))
     print(f"coverage: {folder / 'coverage.json'}, {coverage_bundle}")
+    if about.get("complete") is False:
+        print("gpuwb: interrupted: the coverage is written, the merge is left out", file=sys.stderr)
+        return 130
     if not args.no_merge:
         from workbench.merge import merge_bundles
 

@@ -141,7 +141,8 @@ def test_each_node_is_cut_off_at_its_own_deadline(tmp_path):
                               bundle, tmp_path / f"{node}.log", "mixed"))
     seen = []
     began = time.monotonic()
-    results = run_plans(plans, timeout_s=3.0, fanout=2, progress=lambda r: seen.append(r.node))
+    results, complete = run_plans(plans, timeout_s=3.0, fanout=2, progress=lambda r: seen.append(r.node))
+    assert complete
     took = time.monotonic() - began
     assert [(r.node, r.status) for r in results] == [("n1", "answered"), ("n2", "timeout"), ("n3", "no answer"),
                                                       ("n4", "answered")]
@@ -183,3 +184,22 @@ def test_collect_reports_every_node_of_a_folder(tmp_path, monkeypatch):
             "n1": "ok", "n2": "timeout", "n3": "no answer"}
     code, _, err = run_cli("cluster", "collect", "--nodes", "n[1-3]", "--out", tmp_path / "job-7")
     assert code == 2 and "already exists" in err
+
+
+def test_ctrl_c_stops_every_srun_and_says_which_nodes_it_left(tmp_path):
+    fake = tmp_path / "fake_srun.py"
+    fake.write_text(FAKE_SRUN)
+    plans = [NodePlan(n, [sys.executable, str(fake), mode, "-", str(tmp_path / f"{n}.duckdb"), str(tmp_path / n)],
+                      tmp_path / f"{n}.duckdb", tmp_path / f"{n}.log")
+             for n, mode in (("n1", "refused"), ("n2", "hang"), ("n3", "hang"))]
+
+    def interrupt(result):
+        raise KeyboardInterrupt
+
+    began = time.monotonic()
+    results, complete = run_plans(plans, timeout_s=60, fanout=2, progress=interrupt)
+    assert not complete and time.monotonic() - began < 30
+    assert [(r.node, r.status) for r in results] == [("n1", "no answer"), ("n2", "failed"), ("n3", "failed")]
+    assert results[1].reason == "interrupted (Ctrl-C)" and results[2].reason == "not started: interrupted (Ctrl-C)"
+    pid = tmp_path / "n2"  # absent if the stand-in was stopped before it wrote its pid
+    assert not pid.exists() or not _alive(int(pid.read_text()))
