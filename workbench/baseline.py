@@ -456,3 +456,11 @@ def drift_lines(section: dict[str, Any]) -> list[str]:
                                  else "no host of the baseline is in this bundle"))
     out.extend(f"  unchecked {line}" for line in section.get("unchecked") or [])
     return out
+
+
+def by_gpu(result: Comparison) -> dict[tuple[str | None, str | None], list[Drift]]:
+    """The drift of each (host, bus id), host-wide drift under (host, None): what the cockpit marks per row."""
+    out: dict[tuple[str | None, str | None], list[Drift]] = {}
+    for d in result.drift:
+        out.setdefault((d.host or None, d.gpu), []).append(d)
+    return out

@@ -26,6 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", choices=("training", "inference", "mixed", "unknown"),
                         help="use this playbook instead of the detected one")
     parser.add_argument("--bundle", metavar="OUT", help="where to write the bundle made from raw evidence")
+    parser.add_argument("--baseline", metavar="FILE",
+                        help="mark drift from the accepted baseline FILE (gpuwb baseline save) on the GPUs screen")
 
 
 def bundle_for(paths: list[str], out: str | None) -> tuple[Path, bool]:
@@ -46,12 +48,14 @@ def _is_bundle(path: Path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    from workbench.baseline import load as load_baseline
     from workbench.shared_bundle import SharedBundle
     from workbench.tui.app import Cockpit, default_author
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError("gpuwb open needs a terminal (stdin and stdout); use gpuwb analyze or report in scripts")
     path, ingest = bundle_for(args.paths, args.bundle)
+    accepted = load_baseline(args.baseline) if args.baseline else None  # a bad file is refused before any ingest
     if ingest:
         from workbench.ingest import check_inputs, ingest_paths
 
@@ -61,5 +65,5 @@ def run(args: argparse.Namespace) -> int:
             results = ingest_paths(bundle, args.paths)
         print(f"{len(results)} files ingested", flush=True)
     store = SharedBundle(path, args.author or default_author())
-    Cockpit(store, workload=args.workload, theme=args.theme).run()
+    Cockpit(store, workload=args.workload, theme=args.theme, baseline=accepted).run()
     return 0

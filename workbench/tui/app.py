@@ -49,9 +49,10 @@ class Cockpit(App):
     """The layer the Playbook screen selects; set by :meth:`show_layer` (keys 1-5)."""
 
     def __init__(self, store: SharedBundle, *, workload: str | None = None, theme: str = "dark",
-                 analysis: Analysis | None = None) -> None:
+                 analysis: Analysis | None = None, baseline: dict | None = None) -> None:
         self.store = store
         self.workload = workload
+        self.baseline = baseline  # a loaded accepted baseline (open --baseline): the GPUs screen marks drift
         self.specs: list[Spec] = all_specs()
         self._given = analysis
         self._history: list[str] = []

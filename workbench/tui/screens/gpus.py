@@ -4,7 +4,8 @@ The table answers "which card, what is it" (inventory, last reading, what is wro
 panel below answers "since when": temperature, power against its limit, clocks, memory, utilisation,
 ECC and retired pages, row remapping, PCIe link against its maximum and throttle reasons, each as a
 one-line strip over the samples' time range. A GPU named by a hypothesis carries ``◀ #rank`` (the
-mark, not only its colour, says so).
+mark, not only its colour, says so). Opened with ``--baseline``, each GPU's drift from the accepted
+baseline (``workbench/baseline.py``) leads its state and its panel.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from textual.containers import VerticalScroll
 from textual.events import Resize
 from textual.widgets import DataTable, Footer, Static
 
-from workbench import query, samples
+from workbench import baseline, query, samples
+from workbench.baseline import Drift
 from workbench.findings import Analysis
 from workbench.samples import Gpu
 from workbench.tui.screens.base import CockpitScreen, Spec
@@ -120,6 +122,7 @@ class GpusScreen(CockpitScreen):
         self._named: dict[tuple[str | None, str], tuple[int, str]] = {}
         self._shown: tuple[str | None, str] | None = None
         self._events: list[dict[str, Any]] = []
+        self._drift: dict[tuple[str | None, str | None], list[Drift]] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="gpus-head")
@@ -139,6 +142,8 @@ class GpusScreen(CockpitScreen):
         self.query_one("#gpus-detail-box").border_title = "Samples"
         with self.store.read() as bundle:
             self._gpus = samples.gpus(bundle)
+            if self.cockpit.baseline is not None:
+                self._drift = baseline.by_gpu(baseline.compare(bundle, self.cockpit.baseline))
         super().on_mount()
         table.focus()
 
@@ -155,6 +160,15 @@ class GpusScreen(CockpitScreen):
         bus id on any host."""
         key = bus_key(gpu.gpu)
         return self._named.get((gpu.host, key)) or self._named.get((None, key))
+
+    def drift(self, g: Gpu) -> list[Drift]:
+        """This GPU's drift from the accepted baseline, then its host's (driver, DCGM, bus bandwidth)."""
+        if self._drift is None:
+            return []
+        key = bus_key(g.gpu)
+        mine = [d for (host, bus), ds in self._drift.items() if host == g.host and bus and bus_key(bus) == key
+                for d in ds]
+        return mine + self._drift.get((g.host, None), [])
 
     def ordered(self) -> list[Gpu]:
         """Named GPUs first, by their hypothesis' rank; then by host and bus id."""
@@ -174,6 +188,10 @@ class GpusScreen(CockpitScreen):
             head.append(" · analysing…", "dim")
         if not gpus:
             head.append(" · no GPU inventory or samples in this bundle", "italic")
+        if self._drift is not None:
+            drifted = sum(len(ds) for ds in self._drift.values())
+            head.append(f" · {_count(drifted, 'drift')} from the accepted baseline" if drifted
+                        else " · no drift from the accepted baseline", "bold red" if drifted else "")
         self.query_one("#gpus-head", Static).update(head)
         for g in gpus:
             table.add_row(*self._cells(g), key=f"{g.host or ''}|{g.gpu}")
@@ -187,7 +205,7 @@ class GpusScreen(CockpitScreen):
         named = self.named(g)
         style = "bold" if named else ""
         inv, last = g.inventory, g.latest
-        flags = gpu_flags(g)
+        flags = [f"{'✗' if d.severity == 'error' else '!'} {d.kind}" for d in self.drift(g) if d.gpu] + gpu_flags(g)
         pcie = (f"gen{inv['pcie_max_gen']} x{inv['pcie_max_width']}"
                 if inv.get("pcie_max_gen") and inv.get("pcie_max_width") else "-")
         memory = f"{inv['memory_total_mib'] / 1024:.0f} GiB" if inv.get("memory_total_mib") else "-"
@@ -238,6 +256,7 @@ class GpusScreen(CockpitScreen):
         self.query_one("#gpus-detail-box").border_title = f"Samples · {g.host or '-'} {g.gpu}"
         self._events = events
         detail = render_detail(g, got, self.named(g))
+        detail.append_text(render_drift(self.drift(g)) if self._drift is not None else Text())
         detail.append_text(render_events(events, count, self.size.width - 6))
         self.query_one("#gpus-detail", Static).update(detail)
 
@@ -304,6 +323,19 @@ def render_detail(g: Gpu, got: samples.Samples, named: tuple[int, str] | None) -
         out.append(f"{clip('⏷ ' + reason, LABEL_WIDTH - 1):<{LABEL_WIDTH}}")
         out.append(flag_strip(values), "" if reason in BENIGN_THROTTLE else "yellow")
         out.append(f"  {sum(values)}/{len(values)} cols" + ("" if reason in BENIGN_THROTTLE else " !") + "\n")
+    return out
+
+
+def render_drift(drift: list[Drift]) -> Text:
+    """The GPU's and its host's drift from the accepted baseline, worst first, in the baseline's words."""
+    out = Text()
+    if not drift:
+        out.append("✓ as accepted: no drift from the baseline on this GPU or its host\n", "dim")
+        return out
+    out.append("drift from the accepted baseline\n", "bold")
+    for d in drift:
+        out.append(f"{'✗' if d.severity == 'error' else '!'} {d.severity:<8}", severity_style(d.severity))
+        out.append(f"{d.message}\n")
     return out
 
 
