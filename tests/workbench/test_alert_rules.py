@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from collectors.vocabulary import event_kinds
 from tests.conftest import run_cli
 from workbench import alert_replay, alert_rules, rules_test
 from workbench.alert_replay import STEP, Replay, Series
@@ -37,6 +38,18 @@ def test_every_template_renders_to_a_form_the_replay_evaluates():
             for series in t.series:
                 expr = alert_replay.parse(alert_rules._render_expr(t, series, 1.5))
                 assert expr.name == series, (cause, t.alert)
+
+
+def test_log_counter_rules_name_declared_event_kinds_and_attrs():
+    kinds = event_kinds()
+    labels = set(alert_replay.EVENT_LABELS.values()) | {"kind", "instance"}
+    for templates in alert_rules.load_templates().values():
+        for t in templates:
+            expr = alert_replay.parse(alert_rules._render_expr(t, t.series[0], 0.0))
+            if expr.name != alert_replay.LOG_COUNTER:
+                continue
+            assert alert_rules._kinds(expr) and alert_rules._kinds(expr) <= set(kinds), t.alert
+            assert {label for label, _, _ in expr.matchers} <= labels, t.alert
 
 
 def test_a_template_for_an_unknown_cause_or_in_an_unknown_form_is_refused():
