@@ -19,11 +19,14 @@ import argparse
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.commands._args import positive_float, positive_int
 from workbench.errors import UsageError
 from workbench.timespec import parse_since
+
+if TYPE_CHECKING:  # the cluster modules load DuckDB: imported when a sub-action runs, not to build the parser
+    from workbench.cluster.coverage import NodeResult
 
 NAME = "cluster"
 HELP = "capture every node of a Slurm job (srun, epilog) or a Kubernetes node set, with a coverage table"
@@ -78,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     return _finish(args, Path(args.out).resolve(), results, about)
 
 
-def _capture(args: argparse.Namespace) -> tuple[list, dict[str, Any]]:
+def _capture(args: argparse.Namespace) -> tuple[list[NodeResult], dict[str, Any]]:
     from workbench.cluster import slurm
 
     since = parse_since(args.since)
@@ -107,7 +110,7 @@ def _capture(args: argparse.Namespace) -> tuple[list, dict[str, Any]]:
     return [by_node[n] for n in nodes], about
 
 
-def _collect(args: argparse.Namespace) -> tuple[list, dict[str, Any]]:
+def _collect(args: argparse.Namespace) -> tuple[list[NodeResult], dict[str, Any]]:
     from workbench.cluster import slurm
     from workbench.cluster.coverage import COVERAGE_BUNDLE, judge
 
@@ -132,7 +135,7 @@ def _collect(args: argparse.Namespace) -> tuple[list, dict[str, Any]]:
     return results, about
 
 
-def _finish(args: argparse.Namespace, folder: Path, results: list, about: dict[str, Any]) -> int:
+def _finish(args: argparse.Namespace, folder: Path, results: list[NodeResult], about: dict[str, Any]) -> int:
     from workbench.cluster.coverage import COVERAGE_BUNDLE, coverage_table, record_coverage, summary, write_coverage
 
     title = args.title or (f"Slurm job {about['job']} on {len(results)} node(s)" if about.get("job")
@@ -171,7 +174,7 @@ def _new_folder(out: Path) -> Path:
     return folder
 
 
-def _progress(result: Any) -> None:
+def _progress(result: NodeResult) -> None:
     print(f"  {result.node:<20} {result.status:<10} {result.seconds:6.1f}s  {result.reason[:80]}", file=sys.stderr)
 
 
