@@ -142,15 +142,16 @@ def _gpu_states(bundle: Bundle) -> dict[str, dict[str, dict[str, Any]]]:
         'SELECT host, gpu, "index", uuid, name, serial, vbios, power_limit_w, pcie_max_gen, pcie_max_width, '
         "extra->>'ecc_mode', extra->'applications_clocks_mhz' FROM gpu_inventory WHERE gpu IS NOT NULL "
         "ORDER BY (extra->>'source') = 'nvml' DESC, artifact").fetchall()
-    loaded = ("util_gpu > 0 AND coalesce(extra->>'gpu_idle', 'false') <> 'true' AND "
-              f"(extra->>'pstate' IS NULL OR extra->>'pstate' IN ({', '.join(repr(p) for p in BUSY_PSTATES)}))")
-    speeds = "TRY_CAST(extra->'nvlink_speeds_gbps' AS DOUBLE[])"
-    readings = bundle.con.execute(
-        f"SELECT host, gpu, any_value(uuid), max(pcie_width), min(pcie_width), max(pcie_gen), "
-        f"max(pcie_gen) FILTER (WHERE {loaded}), min(pcie_gen) FILTER (WHERE {loaded}), "
-        "max(TRY_CAST(extra->>'nvlink_links' AS INTEGER)), max(TRY_CAST(extra->>'nvlink_active' AS INTEGER)), "
-        f"min(TRY_CAST(extra->>'nvlink_active' AS INTEGER)), max(list_max({speeds})), min(list_min({speeds})) "
-        "FROM gpu_sample WHERE gpu IS NOT NULL GROUP BY host, gpu").fetchall()
+    busy = ", ".join(repr(p) for p in BUSY_PSTATES)
+    readings = bundle.con.execute(  # each sample's JSON parsed once (json_extract_string with a list of paths)
+        "SELECT host, gpu, any_value(uuid), max(pcie_width), min(pcie_width), max(pcie_gen), "
+        "max(pcie_gen) FILTER (WHERE loaded), min(pcie_gen) FILTER (WHERE loaded), max(links), max(active), "
+        "min(active), max(list_max(speeds)), min(list_min(speeds)) FROM ("
+        " SELECT host, gpu, uuid, pcie_width, pcie_gen, TRY_CAST(x[1] AS INTEGER) AS links, "
+        " TRY_CAST(x[2] AS INTEGER) AS active, TRY_CAST(json_extract(extra, '$.nvlink_speeds_gbps') AS DOUBLE[]) "
+        f" AS speeds, util_gpu > 0 AND coalesce(x[3], 'false') <> 'true' AND (x[4] IS NULL OR x[4] IN ({busy})) "
+        " AS loaded FROM (SELECT *, json_extract_string(extra, ['$.nvlink_links', '$.nvlink_active', "
+        " '$.gpu_idle', '$.pstate']) AS x FROM gpu_sample WHERE gpu IS NOT NULL)) GROUP BY host, gpu").fetchall()
     aliases: dict[tuple[str, str], str] = {}
     for row in inventory:
         host, gpu, index, uuid = row[0] or NO_HOST, row[1], row[2], row[3]
