@@ -40,6 +40,15 @@ jobs); `gpuwb analyze` lists them, the postmortem does not."""
 ONSET_KINDS = ("request_rate_surge", "latency_spike", "queue_backlog", "kv_cache_saturation", "error_rate_spike")
 """Anomalies read off the metrics whose onsets the latency chart marks."""
 MAX_LANES = 16
+HOSTS_LISTED = 12
+"""Hosts the Impact section names one by one (the culprit first when there are more); the rest are counted."""
+RANK_RANGES_LISTED = 16
+"""Rank ranges the Impact section prints before '…' (a fleet job has thousands of ranks)."""
+APPENDIX_LISTED = 100
+"""Artifacts the evidence appendix lists one by one; past it, the culprit host's and cluster-wide ones
+are listed and the others counted per collector and kind (a 1,000-node merge holds thousands)."""
+GAPS_LISTED = 40
+"""Coverage gaps listed one by one; past it, one line per collector, status and reason with its host count."""
 
 
 # -- building the model ----------------------------------------------------------------------------
@@ -82,7 +91,7 @@ def build(bundle: Bundle, *, analysis: dict[str, Any] | None = None, causes: dic
         "retro": {k: [_entry(e) for e in state.retro.get(k, [])] for k in ("well", "wrong", "lucky")},
         "actions": _actions(root, causes, state),
         "timeline": _timeline(bundle, state, times, start, end),
-        "evidence": _evidence(bundle, verify),
+        "evidence": _evidence(bundle, verify, focus={root["host"]} if root and root.get("host") else set()),
     }
     model["summary"] = _summary(state, root, impact, model["header"])
     model["charts"] = _charts(bundle, times, start, end)
@@ -328,6 +337,9 @@ def _impact(bundle: Bundle, analysis: dict[str, Any], hyps: list[dict[str, Any]]
             start: datetime | None, end: datetime | None) -> dict[str, Any]:
     scope = query.affected(bundle, start, end)
     hosts = sorted(set(scope["hosts"]) | {h["host"] for h in hyps[:1] if h.get("host")})
+    if len(hosts) > HOSTS_LISTED:  # the few listed must name the culprit
+        named = [h["host"] for h in hyps[:1] if h.get("host")]
+        hosts = named + [h for h in hosts if h not in named]
     gpus = set(scope["gpus"]) | {(h.get("host"), h["gpu"]) for h in hyps[:1] if h.get("gpu")}
     ranks = set(scope["ranks"]) | {int(r) for h in hyps[:1] for r in h.get("ranks") or []}
     recovery = times.get("recovery")
@@ -340,7 +352,7 @@ def _impact(bundle: Bundle, analysis: dict[str, Any], hyps: list[dict[str, Any]]
         "start": start, "end": stop, "duration": (stop - start) if start and stop else None,
         "duration_approx": not recovery, "hosts": hosts,
         "gpus": [{"host": h, "gpu": g} for h, g in sorted(gpus, key=lambda x: (x[0] or "", x[1] or ""))],
-        "ranks": _ranges(sorted(ranks)), "rank_count": len(ranks), "jobs": jobs,
+        "ranks": _ranges(sorted(ranks), limit=RANK_RANGES_LISTED), "rank_count": len(ranks), "jobs": jobs,
         "services": _services(bundle, start, end), "training": None, "inference": None,
     }
     workload = analysis.get("workload") or ""
@@ -351,8 +363,8 @@ def _impact(bundle: Bundle, analysis: dict[str, Any], hyps: list[dict[str, Any]]
     return out
 
 
-def _ranges(values: list[int]) -> str:
-    """0,1,2,3,7 -> '0-3, 7'."""
+def _ranges(values: list[int], *, limit: int = 0) -> str:
+    """0,1,2,3,7 -> '0-3, 7'; past ``limit`` ranges, '…'."""
     parts: list[str] = []
     run: list[int] = []
     for v in values:
@@ -364,6 +376,8 @@ def _ranges(values: list[int]) -> str:
         run = [v]
     if run:
         parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    if limit and len(parts) > limit:
+        parts = parts[:limit] + ["…"]
     return ", ".join(parts)
 
 
@@ -574,7 +588,7 @@ def _timeline(bundle: Bundle, state: journal.JournalState, times: dict[str, Any]
 
 # -- evidence appendix -----------------------------------------------------------------------------
 
-def _evidence(bundle: Bundle, verify: bool) -> dict[str, Any]:
+def _evidence(bundle: Bundle, verify: bool, focus: set[str] | None = None) -> dict[str, Any]:
     arts = bundle.artifacts()
     gaps = [{"what": f"{c['collector']} ({c['host'] or '-'})", "status": c["status"], "reason": c["reason"] or ""}
             for c in bundle.coverage() if c["status"] != "ok"]
@@ -587,14 +601,48 @@ def _evidence(bundle: Bundle, verify: bool) -> dict[str, Any]:
     seal = bundle.last_seal()
     problems = bundle.verify() if verify else []
     folder = _common_folder([a["source"] for a in arts])
+    listed, grouped = _listed_artifacts(arts, focus or set())
     return {"artifacts": [{"sha256": a["sha256"], "collector": a["collector"] or "-", "kind": a["kind"],
                            "host": a["host"], "source": a["source"][len(folder):] if folder else a["source"],
-                           "size": a["size"], "lines": a["lines"], "events": a["events"]} for a in arts],
+                           "size": a["size"], "lines": a["lines"], "events": a["events"]} for a in listed],
+            "artifact_count": len(arts), "artifacts_grouped": grouped,
             "folder": folder,
-            "total_size": sum(a["size"] for a in arts), "gaps": gaps,
+            "total_size": sum(a["size"] for a in arts), "gaps": _grouped_gaps(gaps),
             "root_digest": bundle.root_digest(), "sealed_digest": seal["root_digest"] if seal else None,
             "sealed_at": seal["sealed_at"] if seal else None, "complete": bool(seal and seal["complete"]),
             "verified": verify, "verify_ok": verify and not problems, "problems": problems}
+
+
+def _listed_artifacts(arts: list[dict[str, Any]], focus: set[str]) -> tuple[list[dict[str, Any]],
+                                                                           list[dict[str, Any]]]:
+    """All artifacts when they are few; else the focus hosts' and the cluster-wide ones (up to
+    APPENDIX_LISTED), and the rest as one row per collector and kind: count, hosts, size, events."""
+    if len(arts) <= APPENDIX_LISTED:
+        return arts, []
+    listed = [a for a in arts if a["host"] in focus or a["host"] is None][:APPENDIX_LISTED]
+    shown = {a["sha256"] for a in listed}
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for a in arts:
+        if a["sha256"] in shown:
+            continue
+        g = groups.setdefault((a["collector"] or "-", a["kind"]), {
+            "collector": a["collector"] or "-", "kind": a["kind"], "count": 0, "hosts": set(), "size": 0, "events": 0})
+        g["count"] += 1
+        g["hosts"].add(a["host"])
+        g["size"] += a["size"] or 0
+        g["events"] += a["events"] or 0
+    return listed, [{**g, "hosts": len(g["hosts"])} for _, g in sorted(groups.items())]
+
+
+def _grouped_gaps(gaps: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The gaps as they are when few; else one per status and reason, naming how many it covers."""
+    if len(gaps) <= GAPS_LISTED:
+        return gaps
+    groups: dict[tuple[str, str], list[str]] = {}
+    for g in gaps:
+        groups.setdefault((g["status"], g["reason"]), []).append(g["what"])
+    return [{"what": f"{whats[0]} and {len(whats) - 1} more" if len(whats) > 1 else whats[0],
+             "status": status, "reason": reason} for (status, reason), whats in groups.items()]
 
 
 def _common_folder(sources: list[str]) -> str:
