@@ -147,7 +147,7 @@ def validate_templates(data: Any, cause_ids: set[str]) -> tuple[dict[str, list[T
             names.add(t.alert)
             try:
                 parse_duration(t.hold)
-                alert_replay.parse(_render_expr(t, t.series[0], 0.0))
+                alert_replay.parse(render_expr(t, t.series[0], 0.0))
             except ValueError as exc:
                 raise CatalogError(f"{where}: {t.alert}: {exc}") from None
             _check_threshold(t, where)
@@ -185,7 +185,8 @@ def load_unmeasured() -> dict[str, str]:
     return dict(_load()[1])
 
 
-def _render_expr(t: Template, series: str, threshold: float | None) -> str:
+def render_expr(t: Template, series: str, threshold: float | None) -> str:
+    """The template's expression for one metric name and threshold."""
     selector = f"{series}{{{t.match}}}" if t.match else series
     return t.expr.replace("{series}", selector).replace("{threshold}", format_number(threshold or 0.0))
 
@@ -218,14 +219,14 @@ def plan(bundle: Bundle, causes: list[str], *, start: datetime | None, detection
     until = min(until, max(anchor, detection or anchor) + LONGEST_REPLAY)
     present = _names_present(bundle, {s for t in chosen for s in t.series})
     picks = {t.alert: next((s for s in t.series if s in present), t.series[0]) for t in chosen}
-    exprs = [alert_replay.parse(_render_expr(t, picks[t.alert], 0.0)) for t in chosen]
-    kinds = {k for e in exprs if e.name == alert_replay.LOG_COUNTER for k in _kinds(e)}
+    exprs = [alert_replay.parse(render_expr(t, picks[t.alert], 0.0)) for t in chosen]
+    kinds = {k for e in exprs if e.name == alert_replay.LOG_COUNTER for k in selected_kinds(e)}
     grid = alert_replay.replay(bundle, set(picks.values()), since, until, kinds)
     baseline_end = grid.index(start) if start else 0
     rules = []
     for t, e in zip(chosen, exprs):
         threshold, basis = _threshold(t, e, grid, baseline_end)
-        expr = _render_expr(t, picks[t.alert], threshold)
+        expr = render_expr(t, picks[t.alert], threshold)
         final = alert_replay.parse(expr)
         rule = Rule(template=t, series=picks[t.alert], expr=expr, threshold=threshold, basis=basis,
                     detection=detection, has_samples=bool(alert_replay.measured(final, grid)))
@@ -236,7 +237,7 @@ def plan(bundle: Bundle, causes: list[str], *, start: datetime | None, detection
     return Plan(causes=list(dict.fromkeys(causes)), rules=rules, grid=grid, start=start, detection=detection)
 
 
-def _kinds(expr: Expr) -> set[str]:
+def selected_kinds(expr: Expr) -> set[str]:
     """Event kinds a log-counter selector can match (its kind matcher's literal alternatives)."""
     out: set[str] = set()
     for label, op, value in expr.matchers:

@@ -36,7 +36,7 @@ def test_every_template_renders_to_a_form_the_replay_evaluates():
     for cause, templates in alert_rules.load_templates().items():
         for t in templates:
             for series in t.series:
-                expr = alert_replay.parse(alert_rules._render_expr(t, series, 1.5))
+                expr = alert_replay.parse(alert_rules.render_expr(t, series, 1.5))
                 assert expr.name == series, (cause, t.alert)
 
 
@@ -45,10 +45,10 @@ def test_log_counter_rules_name_declared_event_kinds_and_attrs():
     labels = set(alert_replay.EVENT_LABELS.values()) | {"kind", "instance"}
     for templates in alert_rules.load_templates().values():
         for t in templates:
-            expr = alert_replay.parse(alert_rules._render_expr(t, t.series[0], 0.0))
+            expr = alert_replay.parse(alert_rules.render_expr(t, t.series[0], 0.0))
             if expr.name != alert_replay.LOG_COUNTER:
                 continue
-            assert alert_rules._kinds(expr) and alert_rules._kinds(expr) <= set(kinds), t.alert
+            assert alert_rules.selected_kinds(expr) and alert_rules.selected_kinds(expr) <= set(kinds), t.alert
             assert {label for label, _, _ in expr.matchers} <= labels, t.alert
 
 
