@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,7 +165,12 @@ class _Merger:
 
     def add(self, paths: list[Path]) -> MergeResult:
         result = MergeResult(path=self.bundle.path)
+        result.skipped = [(str(p), "the output bundle itself") for p in paths if p.resolve() == self.own]
+        paths = [p for p in paths if p.resolve() != self.own]
         if self.atomic:
+            for batch in _batches(paths, BATCH):
+                with self._attached(batch) as attached:
+                    self._describe(attached)
             self.con.execute("BEGIN")
         try:
             for batch in _batches(paths, BATCH):
@@ -180,16 +186,25 @@ class _Merger:
         return result
 
     # -- one batch ----------------------------------------------------------------------------
-    def _batch(self, paths: list[Path], result: MergeResult) -> None:
+    @contextmanager
+    def _attached(self, paths: list[Path]) -> Iterator[dict[str, Path]]:
+        """The sources attached read-only as src0, src1, ... and detached on the way out. With
+        ``atomic``, :meth:`add` does this once before its transaction: DuckDB refusing to attach a bad
+        source aborts the transaction it happens in, and that one has to stay all-or-nothing."""
         attached: dict[str, Path] = {}
         try:
             for path in paths:
-                if path.resolve() == self.own:
-                    result.skipped.append((str(path), "the output bundle itself"))
-                    continue
                 alias = f"src{len(attached)}"
                 self._attach(path, alias)
                 attached[alias] = path
+            yield attached
+        finally:
+            self.sizes = {}
+            for alias in attached:
+                self.con.execute(f"DETACH DATABASE IF EXISTS {alias}")
+
+    def _batch(self, paths: list[Path], result: MergeResult) -> None:
+        with self._attached(paths) as attached:
             copied = []
             for alias, described in self._describe(attached).items():
                 if described["root_digest"] in self.digests:
@@ -202,10 +217,6 @@ class _Merger:
                 copied.append(alias)
             if copied:
                 self._copy_batch(copied, result)
-        finally:
-            self.sizes = {}
-            for alias in attached:
-                self.con.execute(f"DETACH DATABASE IF EXISTS {alias}")
 
     def _copy_batch(self, attached: list[str], result: MergeResult) -> None:
         """One transaction per batch, unless the whole add is one (``atomic``)."""

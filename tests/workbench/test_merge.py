@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import run_cli
 from workbench.bundle import Bundle
+from workbench.schema import EVIDENCE_TABLES
 
 DPKG = {
     "node07": "2025-03-05 03:12:40 startup packages configure\n"
@@ -117,3 +118,120 @@ def test_same_bytes_from_two_nodes_keep_both_hosts_rows(tmp_path: Path) -> None:
         assert len(bundle.artifacts()) == 1
         assert bundle.verify() == []
     assert boots == [("node11",), ("node12",)]
+
+
+def evidence(path: Path) -> dict[str, set[tuple]]:
+    """Every parsed row by table (event ids and derived events left out): the rows and their provenance."""
+    out: dict[str, set[tuple]] = {}
+    with Bundle.open(path) as bundle:
+        con = bundle.con
+        for table in EVIDENCE_TABLES:
+            cols = [r[0] for r in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND column_name <> 'id' "
+                "ORDER BY ordinal_position", [table]).fetchall()]
+            where = " WHERE coalesce(ts_origin, '') <> 'derived'" if table == "event" else ""
+            out[table] = set(con.execute(f"SELECT {', '.join(cols)} FROM {table}{where}").fetchall())
+    return out
+
+
+def sealed_state(path: Path) -> tuple:
+    with Bundle.open(path) as bundle:
+        con = bundle.con
+        counts = tuple(con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
+                       for t in ("artifact", "artifact_alias", "artifact_chunk", *EVIDENCE_TABLES, "seal"))
+        return counts, bundle.last_seal()["root_digest"], bundle.meta()["merged_from"]
+
+
+def test_every_row_keeps_its_host_artifact_and_line(tmp_path: Path) -> None:
+    n7, n8 = node_bundle(tmp_path, "node07"), node_bundle(tmp_path, "node08")
+    out = tmp_path / "incident.duckdb"
+    assert run_cli("merge", out, n7, n8)[0] == 0
+    merged, sources = evidence(out), [evidence(n7), evidence(n8)]
+    for table in EVIDENCE_TABLES:
+        assert merged[table] == sources[0][table] | sources[1][table], table
+    hosts = {row[4] for row in merged["event"]}
+    assert {"node07", "node08"} <= hosts
+
+
+def test_merge_into_adds_late_nodes_like_one_merge(tmp_path: Path) -> None:
+    n7, n8 = node_bundle(tmp_path, "node07"), node_bundle(tmp_path, "node08")
+    once, late = tmp_path / "once.duckdb", tmp_path / "late.duckdb"
+    assert run_cli("merge", once, n7, n8)[0] == 0
+    assert run_cli("merge", late, n7)[0] == 0
+    first_digest = sealed_state(late)[1]
+    code, text, err = run_cli("merge", "--into", late, n8)
+    assert code == 0, err
+    assert text.startswith("Added 1 bundle(s)")
+    assert evidence(late) == evidence(once)
+    assert artifacts(late) == artifacts(once)
+    with Bundle.open(late) as bundle:
+        assert bundle.verify() == []
+        assert bundle.con.execute("SELECT count(*) FROM event WHERE kind = 'version_skew'").fetchall()[0][0], \
+            "derivations are recomputed over the late node too"
+        assert bundle.last_seal()["root_digest"] != first_digest
+        assert [s["path"] for s in json.loads(bundle.meta()["merged_from"])] == [str(n7), str(n8)]
+    assert run_cli("verify", late)[0] == 0
+
+
+def test_merge_into_counts_a_bundle_once(tmp_path: Path) -> None:
+    n7, n8 = node_bundle(tmp_path, "node07"), node_bundle(tmp_path, "node08")
+    out = tmp_path / "incident.duckdb"
+    assert run_cli("merge", out, n7, n8)[0] == 0
+    before = sealed_state(out)
+    copy = tmp_path / "copy-of-node08.duckdb"
+    copy.write_bytes(n8.read_bytes())
+    code, text, err = run_cli("merge", "--into", out, n8, copy)
+    assert code == 0, err
+    assert text.count("already merged (same root digest)") == 2
+    assert "Added 0 bundle(s)" in text
+    assert sealed_state(out) == before, "nothing new: no rows, no new seal, merged_from unchanged"
+    assert run_cli("verify", out)[0] == 0
+
+
+def test_merge_into_is_all_or_nothing(tmp_path: Path) -> None:
+    n7, n8 = node_bundle(tmp_path, "node07"), node_bundle(tmp_path, "node08")
+    out = tmp_path / "incident.duckdb"
+    assert run_cli("merge", out, n7)[0] == 0
+    before = sealed_state(out)
+    junk = tmp_path / "junk.duckdb"
+    junk.write_text("not a bundle")
+    code, _, err = run_cli("merge", "--into", out, n8, junk)
+    assert code == 2 and "junk.duckdb is not a gpuwb bundle" in err
+    assert sealed_state(out) == before
+    code, _, err = run_cli("merge", "--into", n7, n8)
+    assert code == 2 and "not made by gpuwb merge" in err
+
+
+def test_merge_takes_a_folder_of_bundles(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    for host in ("node07", "node08"):
+        node_bundle(tmp_path, host).rename(nodes / f"{host}.duckdb")
+    (nodes / ".node09.duckdb").write_text("a capture still being written")
+    (nodes / "notes.txt").write_text("not a bundle")
+    out = tmp_path / "incident.duckdb"
+    code, text, err = run_cli("merge", out, nodes)
+    assert code == 0, err
+    assert text.startswith("Merged 2 bundle(s)")
+    with Bundle.open(out) as bundle:
+        assert sorted(s["path"] for s in json.loads(bundle.meta()["merged_from"])) == sorted(
+            str(nodes / f"{h}.duckdb") for h in ("node07", "node08"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run_cli("merge", tmp_path / "none.duckdb", empty)
+    assert code == 2 and "no bundles" in err
+    assert not (tmp_path / "none.duckdb").exists()
+
+
+def test_merge_into_skips_the_merged_bundle_in_its_own_folder(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    node_bundle(tmp_path, "node07").rename(nodes / "node07.duckdb")
+    out = nodes / "incident.duckdb"
+    assert run_cli("merge", out, nodes / "node07.duckdb")[0] == 0
+    node_bundle(tmp_path, "node08").rename(nodes / "node08.duckdb")
+    code, text, err = run_cli("merge", "--into", out, nodes)
+    assert code == 0, err
+    assert "incident.duckdb: the output bundle itself" in text and "already merged" in text
+    assert "Added 1 bundle(s)" in text
+    assert run_cli("verify", out)[0] == 0
