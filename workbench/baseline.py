@@ -272,18 +272,41 @@ def load(path: str | Path) -> dict[str, Any]:
         raise BaselineError(f"baseline {path} is version {version}; this gpuwb reads up to {VERSION}: upgrade gpuwb")
     hosts = doc.get("hosts")
     if not isinstance(hosts, dict) or not all(_well_formed(h) for h in hosts.values()):
-        raise BaselineError(f"baseline {path} is malformed: 'hosts' must map each host to its gpus, versions "
-                            "and dcgm_diag objects")
+        raise BaselineError(f"baseline {path} is malformed: 'hosts' must map each host to its gpus, versions, "
+                            "dcgm_diag, nccl_busbw_gbps and gpu_topology objects, with numbers and text as "
+                            "docs/baseline.md says")
     return doc
 
 
+NUMERIC_GPU_FACTS = ("index", "power_limit_w", "pcie_max_gen", "pcie_max_width", "pcie_gen", "pcie_width",
+                     "nvlink_links", "nvlink_active", "nvlink_speed_gbps")
+TEXT_GPU_FACTS = ("uuid", "serial", "name", "vbios", "ecc_mode")
+
+
 def _well_formed(host: Any) -> bool:
-    if not isinstance(host, dict):
+    """Each part of a host entry has the type :func:`compare` reads, so a hand-edited file fails here in one line."""
+    parts = ("gpus", "versions", "dcgm_diag", "nccl_busbw_gbps", "gpu_topology")
+    if not isinstance(host, dict) or not all(isinstance(host.get(k, {}), dict) for k in parts):
         return False
-    if not all(isinstance(host.get(k, {}), dict) for k in ("gpus", "versions", "dcgm_diag", "nccl_busbw_gbps",
-                                                          "gpu_topology")):
+    text = [v for k in ("versions", "dcgm_diag", "gpu_topology") for v in host.get(k, {}).values()]
+    busbw = host.get("nccl_busbw_gbps", {}).values()
+    if not all(isinstance(v, str) for v in text) or not all(_number(v) for v in busbw):
         return False
-    return all(isinstance(g, dict) for g in host.get("gpus", {}).values())
+    for gpu in host.get("gpus", {}).values():
+        if not isinstance(gpu, dict):
+            return False
+        if not all(_number(gpu[k]) for k in NUMERIC_GPU_FACTS if k in gpu):
+            return False
+        if not all(isinstance(gpu[k], str) for k in TEXT_GPU_FACTS if k in gpu):
+            return False
+        clocks = gpu.get("applications_clocks_mhz", {})
+        if not isinstance(clocks, dict) or not all(_number(v) for v in clocks.values()):
+            return False
+    return True
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # -- comparing -----------------------------------------------------------------------------------

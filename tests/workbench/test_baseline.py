@@ -174,6 +174,12 @@ def test_another_host_is_unchecked_not_drift(tmp_path: Path, accepted: Path) -> 
     (json.dumps({"format": "gpuwb-baseline", "version": 99, "hosts": {}}).encode(), "version 99; this gpuwb reads"),
     (json.dumps({"format": "gpuwb-baseline", "version": "1", "hosts": {}}).encode(), "has no valid version"),
     (json.dumps({"format": "gpuwb-baseline", "version": 1, "hosts": {"n": {"gpus": []}}}).encode(), "is malformed"),
+    (json.dumps({"format": "gpuwb-baseline", "version": 1, "hosts": {"n": {"versions": ["535"]}}}).encode(),
+     "is malformed"),
+    (json.dumps({"format": "gpuwb-baseline", "version": 1,
+                 "hosts": {"n": {"gpus": {"0000:5d:00.0": {"pcie_gen": "five"}}}}}).encode(), "is malformed"),
+    (json.dumps({"format": "gpuwb-baseline", "version": 1,
+                 "hosts": {"n": {"nccl_busbw_gbps": {"all_reduce_perf": "fast"}}}}).encode(), "is malformed"),
 ])
 def test_a_bad_baseline_file_is_one_line(tmp_path: Path, content: bytes, message: str) -> None:
     bundle = tmp_path / "b.duckdb"
