@@ -56,7 +56,7 @@ class MergeResult:
 
 def bundle_paths(inputs: list[str | os.PathLike[str]]) -> list[Path]:
     """The bundles named: a file as given, a folder as the ``*.duckdb`` files directly in it (sorted;
-    hidden ones, such as a capture still being written, left out). The same file named twice counts once."""
+    hidden ones, such as a capture still being written, left out). The same file named twice is refused."""
     paths: list[Path] = []
     for given in inputs:
         path = Path(given)
@@ -69,10 +69,12 @@ def bundle_paths(inputs: list[str | os.PathLike[str]]) -> list[Path]:
             raise BundleError(f"no such bundle: {path}")
         else:
             paths.append(path)
-    unique: dict[Path, Path] = {}
+    seen: set[Path] = set()
     for path in paths:
-        unique.setdefault(path.resolve(), path)
-    return list(unique.values())
+        if path.resolve() in seen:
+            raise BundleError(f"{path} is given twice; give each bundle once")
+        seen.add(path.resolve())
+    return paths
 
 
 def merge_bundles(out: str | os.PathLike[str], inputs: list[str | os.PathLike[str]], *,
