@@ -20,7 +20,7 @@ def preemption_training(job: Job) -> None:
     d.place_host = False
     other = d.job + d.rng.randint(10, 400)
     job.slurmctld += [(d.fault - timedelta(seconds=2), f"_slurm_rpc_submit_batch_job: JobId={other} InitPrio=4294967000 usec=911"),
-                      (d.fault, f"preempted JobId={d.job} to reclaim resources for JobId={other}"),
+                      (d.fault, f"preempted JobId={d.job} has been killed to reclaim resources for JobId={other}"),
                       (d.fault + timedelta(seconds=1), f"sched: Allocate JobId={other} NodeList={d.hostlist()} #CPUs={32 * len(d.hosts)} Partition=gpu")]
     job.state, job.exit_code = "PREEMPTED", "0:15"
     job.end = d.fault + timedelta(seconds=1)

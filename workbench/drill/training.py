@@ -102,10 +102,11 @@ def build(d: Drill, fault: Callable[[Job], None]) -> Job:
     for host in d.hosts:
         job.boots[host] = d.start - timedelta(days=rng.randint(1, 20), seconds=rng.randint(0, 86_399))
         for i, text in enumerate(BOOT_CHATTER):
-            job.dmesg(host, job.boots[host] + timedelta(seconds=3.1 + i * 0.37 + rng.random() / 10), text)
+            job.dmesg(host, job.boots[host] + timedelta(seconds=max(0, i - 2) * 1.37 + rng.random() / 10), text)
         for noise in rng.sample(NOISE, 2):
             when = d.start - timedelta(minutes=rng.randint(5, 600), seconds=rng.random() * 60)
             job.dmesg(host, when, *noise)
+    _old_xid(job)
     fault(job)
     end = job.end or (job.watchdog_at + timedelta(seconds=rng.randint(8, 40)) if job.hang_at else d.fault
                       + timedelta(minutes=20))
@@ -123,6 +124,22 @@ def build(d: Drill, fault: Callable[[Job], None]) -> Job:
     return job
 
 
+def _old_xid(job: Job) -> None:
+    """Half the drills: an Xid 13 from another user's job on another host the evening before, the
+    kind of line a responder finds first and must not chase."""
+    d, rng = job.d, job.d.rng
+    others = [h for h in d.hosts if h != d.culprit]
+    if rng.random() < 0.5 or not others:
+        return
+    host, bus = rng.choice(others), rng.choice(d.buses)
+    when = d.start - timedelta(hours=rng.randint(6, 30), seconds=rng.random() * 3600)
+    pid = rng.randint(20_000, 90_000)
+    job.dmesg(host, when, f"NVRM: Xid (PCI:0000:{bus}:00): 13, pid={pid}, name=python3, Graphics SM Warp Exception on "
+                          f"(GPC {rng.randint(0, 7)}, TPC {rng.randint(0, 8)}, SM {rng.randint(0, 1)}): Out Of Range Address",
+              f"NVRM: Xid (PCI:0000:{bus}:00): 13, pid={pid}, name=python3, Graphics Exception: ESR 0x50e730=0x20 "
+              "0x50e734=0x0 0x50e728=0xf81eb60 0x50e72c=0x1174")
+
+
 def capture(d: Drill) -> datetime:
     """When the responder's evidence was taken: a while after detection."""
     return (d.detected or d.fault) + timedelta(minutes=17, seconds=12)
@@ -136,7 +153,8 @@ def _rank_logs(job: Job) -> None:
         host, dev = d.host_of(rank), rank % d.gpus_per_host
         lines = [fmt.pylog(d.start, f"[rank{rank}] torch.distributed initialized: world_size={d.nranks} backend=nccl")]
         lines += nccl_lines(d, rank, host, dev, comm)
-        lines += fmt.deepspeed_steps(rank, d.start + timedelta(seconds=50), stop, STEP_S, STEP_EVERY,
+        first = d.start + timedelta(seconds=50, milliseconds=d.rng.randint(0, 999))
+        lines += fmt.deepspeed_steps(rank, first, stop, STEP_S, STEP_EVERY,
                                      slow_rank=d.rank, slow_from=job.slow_from, slow_s=job.slow_s)
         lines += job.rank_lines.get(rank, [])
         if job.hang_at and rank not in job.dead_ranks:
