@@ -5,6 +5,7 @@ come along once, derived events are recomputed, and the result is sealed with it
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 
 from workbench.errors import UsageError
 from workbench.merge import MergeResult, merge_bundles, merge_into
@@ -37,9 +38,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+SKIPS_SHOWN = 5
+"""Skipped inputs named one by one; a folder of a thousand nodes added again prints a count instead."""
+
+
 def _summary(verb: str, result: MergeResult) -> None:
-    for path, why in result.skipped:
+    for path, why in result.skipped[:SKIPS_SHOWN]:
         print(f"Skipped {path}: {why}")
+    for why, count in Counter(why for _, why in result.skipped[SKIPS_SHOWN:]).items():
+        print(f"Skipped {count} more: {why}")
     rows = ", ".join(f"{t} {n}" for t, n in result.rows.items() if n)
     print(f"{verb} {len(result.inputs)} bundle(s) into {result.path}: {result.artifacts} artifacts "
           f"({result.duplicates} duplicate(s) kept once); rows: {rows or 'none'}"
