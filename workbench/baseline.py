@@ -410,7 +410,9 @@ def _compare_gpu(bus: str, was: dict[str, Any], state: dict[str, Any], drift: An
                   f"{bus} holds another GPU ({key} {state[key]}); accepted with {key} {was[key]}")
             break
     link = state.get("readings", {})
-    gen_was, width_was = was.get("pcie_gen"), was.get("pcie_width")
+    # an accepted generation read at idle is power saving, not the link's: only the width is compared then
+    gen_was = was.get("pcie_gen") if was.get("pcie_gen_under_load", True) else None
+    width_was = was.get("pcie_width")
     gen_now, width_now = link.get("pcie_gen_loaded_worst"), link.get("pcie_width_worst")
     gen_down = gen_was is not None and gen_now is not None and gen_now < gen_was
     width_down = width_was is not None and width_now is not None and width_now < width_was

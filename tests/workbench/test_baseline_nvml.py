@@ -53,7 +53,9 @@ def test_nvml_link_driver_and_power_limit_drift(tmp_path: Path) -> None:
     later["system"]["nvmlSystemGetDriverVersion"] = "535.183.01"
     later["devices"][1].update({"nvmlDeviceGetCurrPcieLinkGeneration": 3, "nvmlDeviceGetCurrPcieLinkWidth": 8})
     later["devices"][0].update({"nvmlDeviceGetPowerManagementLimit": 300000, "nvmlDeviceGetEnforcedPowerLimit": 300000})
+    later["devices"][0]["nvmlDeviceGetCurrPcieLinkWidth"] = 4  # idle at acceptance: its width only
     assert [(d["kind"], d["message"]) for d in drift(bundle_of(tmp_path, "later", later), base)] == [
+        ("pcie_link_down", "0000:01:00.0 runs PCIe x4 (idle: generation not comparable); accepted at x16"),
         ("pcie_link_down", "0000:23:00.0 runs PCIe Gen3 x8; accepted at Gen4 x16"),
         ("version_changed", "gpu-node runs driver 535.183.01; accepted at 535.154.05"),
         ("power_limit_changed", "0000:01:00.0 runs at a 300 W power limit; accepted at 450 W")]
