@@ -24,6 +24,12 @@ from workbench.tui.screens.base import CockpitScreen, Spec
 from workbench.tui.text import clip, short_time, sparkline, verdict_style
 
 ACTIVITY_COLUMNS = 48
+ACTIVITY_LANES = 12
+"""Hosts the activity panel draws; past it, the culprit first and the others counted on one line."""
+ACTIVITY_QUERY_LANES = 64
+"""Busiest host/layer lanes read for the panel (worst severity first, so the culprit is among them)."""
+GAPS_LISTED = 8
+"""Coverage gaps named one by one in 'What we don't know'; past it, grouped with a host count."""
 SHORT_LAYER = {"business": "biz", "scheduling": "sched", "gpu": "gpu", "network_storage": "net", "hardware": "hw"}
 
 
@@ -80,9 +86,7 @@ class OverviewScreen(CockpitScreen):
         self._hosts = hosts
         self.query_one("#head", Static).update(Text.assemble(
             ("gpuwb · ", "bold"), (self._title, "bold"), f"   {len(self._hosts)} hosts · analysing…"))
-        gaps = [f"{c['collector']}{' on ' + c['host'] if c.get('host') else ''}: {c['status']}"
-                f"{' (' + c['reason'] + ')' if c.get('reason') else ''}"
-                for c in coverage if c.get("status") not in ("ok", "collected")]
+        gaps = _coverage_gaps([c for c in coverage if c.get("status") not in ("ok", "collected")])
         gaps += [f"{', '.join(hosts[:4])}{'…' if len(hosts) > 4 else ''}: no {source} evidence"
                  for source, hosts in missing.items()]
         if not coverage:
@@ -223,7 +227,8 @@ class OverviewScreen(CockpitScreen):
         columns = max(12, min(ACTIVITY_COLUMNS, width - 20)) if width else ACTIVITY_COLUMNS
         bucket_s = max(1.0, (end - start).total_seconds() / columns)
         with self.store.read() as bundle:
-            rows = query.event_density(bundle, since=start, until=end, bucket_s=bucket_s, max_lanes=64)
+            rows = query.event_density(bundle, since=start, until=end, bucket_s=bucket_s,
+                                       max_lanes=ACTIVITY_QUERY_LANES)
         per_host: dict[str, list[int]] = {}
         for host, _layer, b, n, _sev in rows:
             if 0 <= b < columns:
@@ -231,12 +236,21 @@ class OverviewScreen(CockpitScreen):
         culprit = analysis.top.host if analysis.top else None
         first = analysis.first_anomaly
         out = Text(f"1 col = {_span(bucket_s)} from {short_time(start)}\n", "dim")
-        for host in sorted(per_host, key=lambda h: (h == "-", h))[:12]:
+        hosts = sorted(per_host, key=lambda h: (h == "-", h))
+        more = 0
+        if len(hosts) > ACTIVITY_LANES:  # a fleet: the culprit and the first anomaly's host first, the rest counted
+            named = [h for h in dict.fromkeys((culprit, first.host if first else None)) if h in per_host]
+            hosts = named + [h for h in hosts if h not in named]
+            more = max(len(hosts), len(set(self._hosts) - {"-"})) - (ACTIVITY_LANES - 1)
+            hosts = hosts[:ACTIVITY_LANES - 1]
+        for host in hosts:
             out.append(f"{clip(host if host != '-' else '(no host)', 10):<10} ", "bold" if host == culprit else "")
             out.append(sparkline(per_host[host]), "red" if host == culprit else "")
             if first and first.host == host:
                 out.append(" ◀ first", "bold")
             out.append("\n")
+        if more:
+            out.append(f"… {more} more host(s) (t: timeline)\n", "dim")
         if first and first.ts:
             out.append(f"first anomaly {short_time(first.ts, seconds=True)} on {first.host or '-'}", "bold")
         self.query_one("#activity", Static).update(out)
@@ -278,6 +292,19 @@ class OverviewScreen(CockpitScreen):
 
     def action_layer(self, layer: str) -> None:
         self.cockpit.show_layer(layer)
+
+
+def _coverage_gaps(bad: list[dict[str, Any]]) -> list[str]:
+    """One line per collector that missed; past GAPS_LISTED (a fleet), one per collector, status and
+    reason with the number of hosts."""
+    if len(bad) <= GAPS_LISTED:
+        return [f"{c['collector']}{' on ' + c['host'] if c.get('host') else ''}: {c['status']}"
+                f"{' (' + c['reason'] + ')' if c.get('reason') else ''}" for c in bad]
+    groups: dict[tuple[str, str, str], set[str | None]] = {}
+    for c in bad:
+        groups.setdefault((c["collector"], c["status"], c.get("reason") or ""), set()).add(c.get("host"))
+    return [f"{collector} on {_count(len(hosts), 'host')}: {status}{' (' + reason + ')' if reason else ''}"
+            for (collector, status, reason), hosts in groups.items()]
 
 
 def _focus_layer(analysis: Analysis) -> str | None:
