@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from workbench.drill.registry import fault
+from workbench.drill.serving import Service
 from workbench.drill.training import Job, uuid
 
 
@@ -144,3 +145,21 @@ def host_hardware_error_training(job: Job) -> None:
               f"EDAC skx MC{mc}: CPU {d.rng.randint(0, 63)}: Machine Check Event: 0 Bank {d.rng.randint(5, 12)}: fc00010001010092",
               f"EDAC MC{mc}: 1 UE memory read error on CPU_SrcID#0_MC#{mc}_Chan#0_DIMM#0 (channel:0 slot:0 page:0x{d.rng.randint(0, 0xfffff):x} offset:0x0 grain:32 -  err_code:0x0000:0x0090)")
     job.stop(d.fault, dead={r for r in range(d.nranks) if d.host_of(r) == d.culprit})
+
+
+@fault("gpu_fell_off_bus", "inference")
+def gpu_fell_off_bus_inference(svc: Service) -> None:
+    """One replica's GPU falls off the bus (Xid 79): its engine dies and the pod cannot start again on that node."""
+    d = svc.d
+    d.title = f"{svc.model}: 5xx errors, a replica down"
+    d.place_gpu = True
+    bus = d.buses[d.local]
+    svc.kernel(d.culprit, d.fault - timedelta(milliseconds=700),
+               f"pcieport 0000:{int(bus, 16) - 1:02x}:00.0: AER: Uncorrected (Fatal) error received: 0000:{bus}:00.0",
+               f"nvidia 0000:{bus}:00.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Receiver ID)",
+               f"NVRM: Xid (PCI:0000:{bus}:00): 79, pid=0, GPU has fallen off the bus.",
+               f"NVRM: GPU 0000:{bus}:00.0: GPU has fallen off the bus.")
+    svc.engine_log(d.fault, "async_llm_engine.py:64] Engine background task failed",
+                   "async_llm_engine.py:64] RuntimeError: CUDA error: unspecified launch failure",
+                   "client.py:269] AsyncEngineDeadError: Background loop has errored already.")
+    svc.replica_restarts(gone_s=3600)

@@ -117,3 +117,38 @@ def pod_eviction_inference(svc: Service) -> None:
         svc.absorb(s)
         s["fail"] = 0.03
     svc.effects.append(effect)
+
+
+@fault("host_oom_kill", "inference")
+def host_oom_kill_inference(svc: Service) -> None:
+    """A replica's container goes over its memory limit (a tokenizer cache leak): the cgroup OOM killer ends it and it restarts."""
+    d = svc.d
+    d.title = f"{svc.model}: 5xx errors, a replica restarted"
+    pid = d.rng.randint(2000, 9000)
+    uid = f"{d.rng.randint(0, 0xffffffff):08x}_{d.rng.randint(0, 0xffff):04x}"
+    svc.kernel(d.culprit, d.fault - timedelta(milliseconds=40),
+               "python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=-997",
+               f"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=cri-containerd-{uid}.scope,mems_allowed=0-1,oom_memcg=/kubepods.slice/kubepods-pod{uid}.slice,task_memcg=/kubepods.slice/kubepods-pod{uid}.slice/cri-containerd-{uid}.scope,task=python3,pid={pid},uid=0",
+               f"Memory cgroup out of memory: Killed process {pid} (python3) total-vm:{d.rng.randint(150, 190)}421320kB, anon-rss:100663296kB, file-rss:81920kB, shmem-rss:2097152kB, UID:0 pgtables:289412kB oom_score_adj:-997")
+    svc.replica_restarts(reason="OOMKilled")
+
+
+@fault("preemption", "inference")
+def preemption_inference(svc: Service) -> None:
+    """A higher-priority training job preempts one serving pod; the rest of the fleet takes its load."""
+    d = svc.d
+    d.title = f"{svc.model}: latency up, a replica gone"
+    d.place_host = False
+    pod, node = svc.pods[svc.victim], d.culprit
+    svc.event(d.fault, "Preempted", f"Preempted by pod {d.rng.randint(0, 0xffffffff):08x}-4c1e-9a53-{d.job:012d} on node {node}",
+              obj=pod, node=node, component="default-scheduler")
+    svc.event(d.fault + timedelta(seconds=1), "Killing", "Stopping container vllm", obj=pod, node=node, typ="Normal")
+
+    def effect(p: int, t: datetime, s: dict[str, float]) -> None:
+        if t < d.fault:
+            return
+        if p == svc.victim:
+            s["up"] = 0.0
+        else:
+            svc.absorb(s)
+    svc.effects.append(effect)

@@ -20,6 +20,11 @@ def dmesg(boot: datetime, when: datetime, text: str) -> str:
     return f"[{micros // 1_000_000:5d}.{micros % 1_000_000:06d}] {text}"
 
 
+def dmesg_ctime(when: datetime, text: str) -> str:
+    """dmesg -T: ``[Sun Feb 23 16:24:18 2025] …`` (the day of month space-padded)."""
+    return f"[{when:%a %b} {when.day:2d} {when:%H:%M:%S %Y}] {text}"
+
+
 def pylog(when: datetime, text: str, level: str = "INFO") -> str:
     """Python logging's ``%(asctime)s - %(levelname)s - %(message)s``."""
     return f"{when:%Y-%m-%d %H:%M:%S},{when.microsecond // 1000:03d} - {level} - {text}"

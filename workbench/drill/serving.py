@@ -44,6 +44,8 @@ class Service:
     effects: list[Effect] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
     changes: list[dict] = field(default_factory=list)
+    restart: tuple[str, datetime] | None = None
+    """Why the victim's container last terminated (kubectl's lastState) and when it ran again."""
 
     @property
     def nodes(self) -> list[str]:
@@ -67,6 +69,43 @@ class Service:
         s["rate"] *= min(share, HEADROOM)
         s["waiting"] += 40 + 60 * max(0.0, share - HEADROOM)
         s["slow"] = max(s["slow"], 0.2)
+
+    def kernel(self, node: str, when: datetime, *texts: str) -> None:
+        """Kernel lines of a node as ``dmesg -T`` prints them (the time a node's kubelet logs carry)."""
+        self.d.add(f"{node}/dmesg-T.txt", *(fmt.dmesg_ctime(when, text) for text in texts))
+
+    def engine_log(self, when: datetime, *tail: str) -> None:
+        """The victim pod's vLLM log: its start, then ``tail`` (an engine error, a traceback)."""
+        start = self.t0 - timedelta(hours=20)
+        self.d.add(f"{self.d.culprit}/logs/{self.pods[self.victim]}.log",
+                   f"INFO {start:%m-%d %H:%M:%S} api_server.py:585] vLLM API server version 0.6.3",
+                   f"INFO {start:%m-%d %H:%M:%S} gpu_executor.py:122] # GPU blocks: 9166, # CPU blocks: 3276",
+                   *(f"ERROR {when:%m-%d %H:%M:%S} {line}" for line in tail))
+
+    def replica_restarts(self, gone_s: float = 150.0, reason: str = "Error") -> None:
+        """The victim's container dies at the fault and is back ``gone_s`` later with its counters
+        reset; meanwhile the other replicas take its load."""
+        d, pod, node = self.d, self.pods[self.victim], self.d.culprit
+        back = d.fault + timedelta(seconds=gone_s)
+        self.event(d.fault + timedelta(seconds=35), "BackOff", f"Back-off restarting failed container vllm in pod {pod}_serving",
+                   obj=pod, node=node, count=2)
+        self.event(back - timedelta(seconds=2), "Started", "Started container vllm", obj=pod, node=node, typ="Normal", count=2)
+        self.restart = (reason, back)
+        restarted: list[bool] = []
+
+        def effect(p: int, t: datetime, s: dict[str, float]) -> None:
+            if t < d.fault:
+                return
+            if p != self.victim:
+                if t < back:
+                    self.absorb(s)
+                return
+            if t < back:
+                s["up"] = 0.0
+            elif not restarted:
+                restarted.append(True)
+                s["restart"] = 1.0
+        self.effects.append(effect)
 
     def ramp(self, t: datetime, delay_s: float = 0.0, over_s: float = 60.0) -> float:
         """0 before the fault (plus ``delay_s``), rising to 1 over ``over_s`` seconds."""
@@ -208,6 +247,18 @@ def _exposition(model: str, c: _Counters, s: dict[str, float]) -> str:
     ])
 
 
+def _container(svc: Service, i: int) -> dict:
+    status = {"name": "vllm", "ready": True, "restartCount": 0, "image": IMAGE,
+              "state": {"running": {"startedAt": _z(svc.t0 - timedelta(days=1))}}}
+    if svc.restart and i == svc.victim:
+        reason, back = svc.restart
+        status.update(restartCount=1, state={"running": {"startedAt": _z(back)}},
+                      lastState={"terminated": {"exitCode": 137 if reason == "OOMKilled" else 1, "reason": reason,
+                                                "startedAt": _z(svc.t0 - timedelta(days=1)),
+                                                "finishedAt": _z(svc.d.fault)}})
+    return status
+
+
 def _pods(svc: Service) -> str:
     items = []
     for i, pod in enumerate(svc.pods):
@@ -219,6 +270,5 @@ def _pods(svc: Service) -> str:
                 "name": "vllm", "image": IMAGE, "args": ["--model", svc.model, "--tensor-parallel-size", "4"],
                 "resources": {"limits": {"memory": "96Gi", "nvidia.com/gpu": "4"}}}]},
             "status": {"phase": "Running", "hostIP": f"10.0.2.{21 + i}", "podIP": f"10.42.{i + 3}.17",
-                       "containerStatuses": [{"name": "vllm", "ready": True, "restartCount": 0, "image": IMAGE,
-                                              "state": {"running": {"startedAt": _z(svc.t0 - timedelta(days=1))}}}]}})
+                       "containerStatuses": [_container(svc, i)]}})
     return fmt.k8s_list(items)
