@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -64,8 +65,9 @@ def build_all(where: Path, first: int, count: int, nodes: int, workers: int) -> 
     return time.perf_counter() - started, (sum(costs) / len(costs) if costs else 0.0)
 
 
-def timed(argv: list[str]) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS (MiB) of that child alone, and its stdout."""
+def timed(argv: list[str]) -> tuple[float, float, int, str]:
+    """Wall seconds, CPU seconds (user + system, all threads), peak RSS (MiB) of that child alone, and
+    its stdout. CPU time says what a quiet machine would take when other work shares the cores."""
     began = time.perf_counter()
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, cwd=ROOT)
@@ -76,35 +78,51 @@ def timed(argv: list[str]) -> tuple[float, int, str]:
         if code != 0:
             err.seek(0)
             raise SystemExit(f"{' '.join(argv[2:5])} failed ({code}): {err.read().decode(errors='replace')[-800:]}")
-    return elapsed, usage.ru_maxrss // 1024, out.decode(errors="replace")
+    return elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss // 1024, out.decode(errors="replace")
 
 
 def gpuwb(*args: object) -> list[str]:
     return [sys.executable, "-m", "workbench.cli", *map(str, args)]
 
 
-async def _cockpit_until_culprit(path: Path) -> tuple[float, str]:
+async def _cockpit(path: Path, culprit: str) -> dict[str, object]:
+    """The Overview until the analysis is in, then the GPUs screen until its table is filled."""
+    from textual.widgets import DataTable, Static
+
     from workbench.shared_bundle import SharedBundle
     from workbench.tui.app import Cockpit
 
+    async def until(pilot, condition, what: str) -> None:
+        deadline = time.perf_counter() + 600
+        while not condition():
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"the cockpit did not get to {what} in 10 minutes")
+            await pilot.pause(0.01)
+
+    out: dict[str, object] = {}
     started = time.perf_counter()
     app = Cockpit(SharedBundle(path, "bench"))
     async with app.run_test(size=(160, 50)) as pilot:
-        while app.model is None and app.analysis_error is None:
-            if time.perf_counter() - started > 600:
-                raise TimeoutError("the cockpit did not name a culprit in 10 minutes")
-            await pilot.pause(0.01)
+        await until(pilot, lambda: app.model is not None or app.analysis_error is not None, "the analysis")
         await pilot.pause()
-        elapsed = time.perf_counter() - started
-        text = "\n".join(str(w.render()) for w in app.screen.query("Static"))
+        out["overview_s"] = time.perf_counter() - started
+        text = "\n".join(str(w.render()) for w in app.screen.query(Static))
+        lanes = [line for line in str(app.screen.query_one("#activity", Static).render()).splitlines()
+                 if line[:1].isalnum() and not line.startswith(("1 col", "first"))]
+        out.update(chars=len(text), culprit=culprit in text, first_lane=lanes[0].split()[0] if lanes else "",
+                   lanes=len(lanes))
+        began = time.perf_counter()
+        await pilot.press("g")
+        await until(pilot, lambda: any(t.row_count for t in app.screen.query(DataTable)), "the GPUs")
+        out["gpus_s"] = time.perf_counter() - began
+        out["gpu_rows"] = sum(t.row_count for t in app.screen.query(DataTable))
         await pilot.press("q")
-    return elapsed, text
+    return out
 
 
 def cockpit_child(path: Path, culprit: str) -> None:
-    """Run in a child of the bench: the Overview headless until the culprit is named; prints JSON."""
-    elapsed, text = asyncio.run(_cockpit_until_culprit(path))
-    print(json.dumps({"seconds": elapsed, "chars": len(text), "culprit": culprit in text}))
+    """Run in a child of the bench (its own peak RSS): the cockpit headless; prints JSON."""
+    print(json.dumps(asyncio.run(_cockpit(path, culprit))))
 
 
 def main() -> None:
@@ -129,44 +147,50 @@ def main() -> None:
         build_s, per_node = build_all(nodes_dir, 0, args.nodes, args.nodes, args.workers)
         build_all(late_dir, args.nodes, args.late, args.nodes, args.workers)
         size = sum(p.stat().st_size for p in nodes_dir.glob("*.duckdb"))
-        rows.append([f"build {args.nodes} node bundles (ingest, {args.workers} processes)", f"{build_s:.1f}", "-",
-                     f"{per_node:.2f} s per bundle built now; {size / 2**20:.0f} MiB on disk"])
+        rows.append([f"build {args.nodes} node bundles (ingest, {args.workers} processes)", f"{build_s:.1f}", "-", "-",
+                     (f"{per_node:.2f} s per bundle" if per_node else f"kept from a run before in {work}")
+                     + f"; {size / 2**20:.0f} MiB on disk"])
         merged = Path(tmp) / "merged.duckdb"
         small = Path(tmp) / "small.duckdb"
-        baseline = sorted(nodes_dir.glob("*.duckdb"))[:args.baseline_nodes]
-        secs_b, rss_b, _ = timed(gpuwb("merge", small, *baseline))
-        rows.append([f"baseline: merge {len(baseline)} bundles", f"{secs_b:.1f}", str(rss_b),
-                     f"{secs_b / len(baseline) * 1000:.0f} ms per bundle"])
-        secs, rss, out = timed(gpuwb("merge", merged, nodes_dir))
-        rows.append([f"merge {args.nodes} bundles (a directory)", f"{secs:.1f}", str(rss),
-                     f"{secs / args.nodes * 1000:.0f} ms per bundle; {merged.stat().st_size / 2**20:.0f} MiB"])
-        late = sorted(late_dir.glob("*.duckdb"))
-        secs_l, rss_l, _ = timed(gpuwb("merge", "--into", merged, *late))
-        rows.append([f"merge --into: {len(late)} late nodes", f"{secs_l:.1f}", str(rss_l),
-                     f"{secs_l / secs:.0%} of the whole merge"])
-        secs_r, rss_r, out_r = timed(gpuwb("merge", "--into", merged, *late))
-        rows.append(["merge --into: the same late nodes again", f"{secs_r:.1f}", str(rss_r),
-                     f"{out_r.count('already merged')} of {len(late)} skipped as already merged"])
-        secs_v, rss_v, out_v = timed(gpuwb("verify", merged))
-        rows.append(["verify merged", f"{secs_v:.1f}", str(rss_v), out_v.strip().splitlines()[-1][:60]])
-        secs_a, rss_a, out_a = timed(gpuwb("analyze", merged, "--json"))
-        doc = json.loads(out_a)
-        top = doc["hypotheses"][0] if doc.get("hypotheses") else {}
         culprit = host_name(culprit_of(args.nodes))
-        rows.append(["analyze --json", f"{secs_a:.1f}", str(rss_a),
+        baseline = sorted(nodes_dir.glob("*.duckdb"))[:args.baseline_nodes]
+        secs, cpu, rss, _ = timed(gpuwb("merge", small, *baseline))
+        rows.append([f"baseline: merge {len(baseline)} bundles", f"{secs:.1f}", f"{cpu:.1f}", str(rss),
+                     f"{cpu / len(baseline) * 1000:.0f} ms CPU per bundle"])
+        secs_m, cpu, rss, _ = timed(gpuwb("merge", merged, nodes_dir))
+        rows.append([f"merge {args.nodes} bundles (a directory)", f"{secs_m:.1f}", f"{cpu:.1f}", str(rss),
+                     f"{cpu / args.nodes * 1000:.0f} ms CPU per bundle; {merged.stat().st_size / 2**20:.0f} MiB"])
+        late = sorted(late_dir.glob("*.duckdb"))
+        secs, cpu, rss, _ = timed(gpuwb("merge", "--into", merged, *late))
+        rows.append([f"merge --into: {len(late)} late nodes", f"{secs:.1f}", f"{cpu:.1f}", str(rss),
+                     f"{secs / secs_m:.0%} of the whole merge's wall time"])
+        secs, cpu, rss, out = timed(gpuwb("merge", "--into", merged, *late))
+        skipped = re.search(r"; (\d+) skipped", out)
+        rows.append(["merge --into: the same late nodes again", f"{secs:.1f}", f"{cpu:.1f}", str(rss),
+                     f"{skipped.group(1) if skipped else 0} of {len(late)} skipped as already merged, "
+                     f"{'nothing added' if 'Added 0 bundle' in out else 'ADDED'}"])
+        secs, cpu, rss, out = timed(gpuwb("verify", merged))
+        rows.append(["verify merged", f"{secs:.1f}", f"{cpu:.1f}", str(rss), out.strip().splitlines()[-1][:60]])
+        secs, cpu, rss, out = timed(gpuwb("analyze", merged, "--json"))
+        doc = json.loads(out)
+        top = doc["hypotheses"][0] if doc.get("hypotheses") else {}
+        rows.append(["analyze --json", f"{secs:.1f}", f"{cpu:.1f}", str(rss),
                      f"top {top.get('cause')} on {top.get('host')} ({'right' if top.get('host') == culprit else 'WRONG'}); "
-                     f"{len(out_a) // 1024} KiB, "
-                     f"{len(doc.get('hypotheses', []))} hypotheses"])
-        secs_m, rss_m, out_m = timed(gpuwb("report", merged, "-f", "md"))
-        rows.append(["report -f md", f"{secs_m:.1f}", str(rss_m),
-                     f"{len(out_m) // 1024} KiB, {out_m.count(chr(10))} lines, "
-                     f"culprit {'named' if culprit in out_m else 'MISSING'}"])
-        secs_c, rss_c, out_c = timed([sys.executable, __file__, "--cockpit-child", str(merged),
-                                      "--nodes", str(args.nodes)])
-        cockpit = json.loads(out_c)
-        rows.append(["cockpit Overview until the culprit is named", f"{secs_c:.1f}", str(rss_c),
-                     f"{cockpit['chars']} chars painted, culprit {'named' if cockpit['culprit'] else 'MISSING'}"])
-    print(format_table(["step", "wall s", "peak RSS MiB", "notes"], rows))
+                     f"{len(out) // 1024} KiB ({len(doc.get('symptoms', []))} symptom groups)"])
+        secs, cpu, rss, out = timed(gpuwb("analyze", merged))
+        rows.append(["analyze (text)", f"{secs:.1f}", f"{cpu:.1f}", str(rss),
+                     f"{out.count(chr(10))} lines, culprit {'named' if culprit in out else 'MISSING'}"])
+        secs, cpu, rss, out = timed(gpuwb("report", merged, "-f", "md"))
+        rows.append(["report -f md (verify included)", f"{secs:.1f}", f"{cpu:.1f}", str(rss),
+                     f"{len(out) // 1024} KiB, {out.count(chr(10))} lines, culprit {'named' if culprit in out else 'MISSING'}"])
+        secs, cpu, rss, out = timed([sys.executable, __file__, "--cockpit-child", str(merged), "--nodes", str(args.nodes)])
+        cockpit = json.loads(out)
+        rows.append(["cockpit: Overview until the analysis is in", f"{cockpit['overview_s']:.1f}", "-", str(rss),
+                     f"{cockpit['chars']} chars, culprit {'named' if cockpit['culprit'] else 'MISSING'}, "
+                     f"activity: {cockpit['lanes']} lanes, first {cockpit['first_lane']}"])
+        rows.append(["cockpit: then the GPUs screen", f"{cockpit['gpus_s']:.1f}", "-", "-",
+                     f"{cockpit['gpu_rows']} rows (one per GPU inventoried)"])
+    print(format_table(["step", "wall s", "CPU s", "peak RSS MiB", "notes"], rows))
 
 
 if __name__ == "__main__":
