@@ -20,6 +20,8 @@ PLACE_FLOOR = 117
 """Of those, drills whose first hypothesis also names the truth's host (or any, for a job/fleet-wide cause)."""
 CAUSE_FLOOR = 33
 """Causes of the catalog all of whose drills analyse back to them."""
+LAYER_FLOOR = 104
+"""Drills whose analysis calls the truth's layer a fault (the layer verdict the scorecard expects)."""
 
 
 def test_every_cause_of_the_catalog_has_a_drill() -> None:
@@ -27,13 +29,19 @@ def test_every_cause_of_the_catalog_has_a_drill() -> None:
 
 
 def test_every_drill_is_analysed_back_to_its_own_cause(tmp_path: Path) -> None:
-    misses, wrong_place, hits, placed = [], [], 0, 0
+    misses, wrong_place, layer_off, hits, placed, layered = [], [], [], 0, 0, 0
     for cause, workload in faults():
         for seed in SEEDS:
             written = write(cause, workload, seed, tmp_path / f"{cause}-{workload}-{seed}")
             with Bundle.open(written.bundle) as bundle:
-                hypotheses = analyze(bundle)["hypotheses"]
+                result = analyze(bundle)
+            hypotheses = result["hypotheses"]
             top = hypotheses[0] if hypotheses else {}
+            verdict = result["layers"][written.truth.layer]["verdict"]
+            if verdict == "fault":
+                layered += 1
+            else:
+                layer_off.append(f"{cause}/{workload}/seed {seed}: {written.truth.layer} {verdict}")
             if top.get("cause") != cause:
                 misses.append(f"{cause}/{workload}/seed {seed} -> {top.get('cause')}")
                 continue
@@ -47,7 +55,9 @@ def test_every_drill_is_analysed_back_to_its_own_cause(tmp_path: Path) -> None:
     solved = len(load_causes()) - len(missed_causes)
     print(f"\ndrill loop: {solved} of {len(load_causes())} causes analyse back to themselves on every drill; "
           f"{hits} of {total} drills ({len(faults())} cause/workload pairs x {len(SEEDS)} seeds), {placed} at the "
-          f"right place; misses: {misses or 'none'}; wrong place: {wrong_place or 'none'}")
+          f"right place, {layered} with the truth's layer called a fault; misses: {misses or 'none'}; "
+          f"wrong place: {wrong_place or 'none'}; layer not a fault: {layer_off or 'none'}")
     assert hits >= DRILL_FLOOR, misses
     assert placed >= PLACE_FLOOR, wrong_place
     assert solved >= CAUSE_FLOOR, sorted(missed_causes)
+    assert layered >= LAYER_FLOOR, layer_off
