@@ -74,3 +74,23 @@ def test_list_names_every_cause_with_its_workloads(capsys: pytest.CaptureFixture
     assert len(rows) == 33
     assert {r["cause"]: r["workloads"] for r in rows}["traffic_surge"] == ["inference"]
     assert all(r["workloads"] for r in rows)
+
+
+def test_the_command_writes_ingests_and_says_how_to_score(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "d"
+    assert main(["drill", "nvswitch_fault", "--seed", "4", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"gpuwb open {out / 'bundle.duckdb'}" in text and f"gpuwb drill score {out / 'bundle.duckdb'}" in text
+    assert main(["analyze", str(out / "bundle.duckdb"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["hypotheses"][0]["cause"] == "nvswitch_fault"
+    assert main(["drill", "nvswitch_fault", "--seed", "4", "-o", str(out), "--no-ingest"]) == 0
+    assert f"gpuwb ingest {out / 'bundle.duckdb'} {out / 'raw'}" in capsys.readouterr().out
+    assert not (out / "bundle.duckdb").exists()
+
+
+def test_a_workload_the_cause_has_no_drill_for_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["drill", "traffic_surge", "--workload", "training", "-o", str(tmp_path / "d")]) == 2
+    assert "drilled on inference, not training" in capsys.readouterr().err
+    assert main(["drill", "-o", str(tmp_path / "d")]) == 2
+    assert main(["drill", "gpu_oom"]) == 2
+    assert "-o DIR" in capsys.readouterr().err
