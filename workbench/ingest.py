@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import itertools
 import lzma
 import os
 import shutil
 import stat
+import sys
 import tarfile
 import tempfile
+import threading
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -30,7 +33,7 @@ from typing import Any, BinaryIO
 from collectors import registry
 from collectors._signatures import STRUCTURED_KINDS
 from collectors._signatures import catalog as signature_catalog
-from collectors.base import Event, HostFact, ParseContext, Skipped
+from collectors.base import Event, HostFact, ParseContext, Row, Skipped
 from workbench.bundle import Bundle
 from workbench.derive import run_derivations
 from workbench.errors import GpuwbError
@@ -40,6 +43,10 @@ QUICK_SNIFF_BYTES = (4 << 10, 16 << 10)
 """Heads tried before the whole SNIFF_BYTES: a confident verdict on the first 4 KiB spares the longer passes."""
 CONFIDENT = 80
 BATCH_BYTES = 64 << 20
+OVERLAP_BYTES = 8 << 20
+"""Files from this size on are parsed while a second thread stores them (workbench/ingest.py _Store)."""
+PARSE_AHEAD_ROWS = 50_000
+SWITCH_INTERVAL_S = 0.0005
 BATCH_FILE_COST = 256 << 10
 """Commit after about 64 MiB of evidence, counting each file as at least 256 KiB of work."""
 MAX_ARCHIVE_BYTES = 32 << 30
@@ -126,35 +133,63 @@ class Session:
         wrappers peeled, see collectors/_framing.py). Never raises for bad content."""
         name, source, host = text(name), text(source), text(host) if host is not None else None
         self.bundle.begin_batch()
+        ctx = ParseContext(host=host, boot_time=self.boot_times.get(host or "", self.default_boot),
+                           reference_time=self.reference_time, mtime=mtime, source_name=name,
+                           boot_times=self.boot_times, reference_times=self.reference_times,
+                           captured_at=captured_at)
+        parsing = module is not None and hasattr(module, "parse")
+        parsed: dict[int, set[str]] = {}
+        result = FileResult(path=name, kind=kind, host=host)
+        rows = self._parse(module, kind, ctx, stream_factory, host, unwrap, result) if parsing else iter(())
+        ahead: list[Row] = []
         with stream_factory() as stream:
-            counted = _Counted(stream)
-            sha, aid, is_new = self.bundle.add_artifact(
-                counted, kind=kind, source=source, collector=module.NAME if module else None, host=host,
-                captured_at=captured_at or mtime, info=info)
-        result = FileResult(path=name, kind=kind, host=host, sha256=sha)
-        result.size = counted.size  # the same bytes when they were stored before
+            store = _Store(self.bundle, stream, kind=kind, source=source, collector=module.NAME if module else None,
+                           host=host, captured_at=captured_at or mtime, info=info)
+            if parsing and _size_of(stream) >= OVERLAP_BYTES:
+                ahead = store.while_parsing(rows)
+            else:
+                store.run()
+        sha, aid, is_new = store.outcome()
+        result.sha256 = sha
+        result.size = store.counted.size  # the same bytes when they were stored before
         if not is_new:
             stored_host = self.bundle.con.execute("SELECT host FROM artifact WHERE id = ?", [aid]).fetchall()[0][0]
             if host == stored_host or not self.bundle.add_alias(
                     sha, kind=kind, source=source, collector=module.NAME if module else None, host=host,
                     captured_at=captured_at or mtime, info=info):
                 result.status = "duplicate"
+                if parsing:
+                    rows.close()
                 return result
             result.status = "same bytes as another host's"
-        ctx = ParseContext(host=host, boot_time=self.boot_times.get(host or "", self.default_boot),
-                           reference_time=self.reference_time, mtime=mtime, source_name=name,
-                           boot_times=self.boot_times, reference_times=self.reference_times,
-                           captured_at=captured_at)
         writer = self.writer
         writer.start(sha)
-        if module is None or not hasattr(module, "parse"):
+        if not parsing:
             self._recognise(stream_factory, kind, ctx, {}, host, "signatures")
             result.events = writer.counts.get("event", 0)
             if is_new:
                 self._stats.append((aid, 0, result.events, result.events, writer.skipped, writer.skip_reasons))
             self._maybe_commit(result.size)
             return result
-        parsed: dict[int, set[str]] = {}
+        for row in itertools.chain(ahead, rows):
+            if isinstance(row, Event) and row.line is not None:
+                parsed.setdefault(row.line, set()).add(row.kind)
+            writer.add(row)
+        self._recognise(stream_factory, kind, ctx, parsed, host, module.NAME, unwrapped=unwrap)
+        result.lines = ctx.lines_read
+        result.events = writer.counts.get("event", 0)
+        result.rows = sum(writer.counts.values())
+        result.skipped = writer.skipped
+        result.skip_reasons = writer.skip_reasons
+        if is_new:
+            self._stats.append((aid, result.lines, result.events, result.rows, result.skipped, writer.skip_reasons))
+        self._maybe_commit(result.size)
+        return result
+
+    def _parse(self, module: ModuleType, kind: str, ctx: ParseContext, stream_factory: Callable[[], BinaryIO],
+               host: str | None, unwrap: bool, result: FileResult) -> Iterator[Row]:
+        """The parser's rows with this run's defaults (host, source, layer); host facts are learned as they
+        come, since later lines of the same file may need them. A parser error ends the rows with one."""
         source_name = module.NAME
         layer = getattr(module, "LAYER", None)
         parse_stream = (lambda: _unwrapped(stream_factory, ctx.reference_for(host))) if unwrap else stream_factory
@@ -165,27 +200,15 @@ class Session:
                         row.source = row.source or source_name
                         row.layer = row.layer or layer
                         row.host = row.host or host
-                        if row.line is not None:
-                            parsed.setdefault(row.line, set()).add(row.kind)
                     elif isinstance(row, HostFact):
                         row.host = row.host or host
                         self._learn(row)
                     elif not isinstance(row, Skipped) and hasattr(row, "host"):
                         row.host = row.host or host
-                    writer.add(row)
+                    yield row
         except Exception as exc:  # a parser bug must not lose the bundle: count it, keep the raw bytes
-            writer.add(Skipped(ctx.lines_read or None, f"parser error: {type(exc).__name__}: {exc}"[:200]))
+            yield Skipped(ctx.lines_read or None, f"parser error: {type(exc).__name__}: {exc}"[:200])
             result.error = f"{type(exc).__name__}: {exc}"[:200]
-        self._recognise(stream_factory, kind, ctx, parsed, host, source_name, unwrapped=unwrap)
-        result.lines = ctx.lines_read
-        result.events = writer.counts.get("event", 0)
-        result.rows = sum(writer.counts.values())
-        result.skipped = writer.skipped
-        result.skip_reasons = writer.skip_reasons
-        if is_new:
-            self._stats.append((aid, result.lines, result.events, result.rows, result.skipped, writer.skip_reasons))
-        self._maybe_commit(result.size)
-        return result
 
     def _recognise(self, stream_factory: Callable[[], BinaryIO], kind: str, ctx: ParseContext,
                    parsed: dict[int, set[str]], host: str | None, source_name: str, unwrapped: bool = False) -> None:
@@ -377,6 +400,55 @@ def _unwrapped(stream_factory: Callable[[], BinaryIO], reference: datetime | Non
         out.write("".join(f"{line}\n" for line in unframed_lines(batch, reference=reference)).encode())
     out.seek(0)
     return out
+
+
+def _size_of(stream: BinaryIO) -> int:
+    try:
+        return os.fstat(stream.fileno()).st_size
+    except (AttributeError, OSError, ValueError):
+        return 0
+
+
+class _Store:
+    """One artifact's bytes going into the bundle, here or in a second thread while the main one parses
+    them: hashing, zstd and DuckDB's inserts release the GIL, so a big log is stored and parsed on two
+    cores. The parse runs ahead by at most PARSE_AHEAD_ROWS rows until the store says whether the bytes
+    are new (a duplicate's rows are dropped); the bundle is only touched by the store meanwhile."""
+
+    def __init__(self, bundle: Bundle, stream: BinaryIO, **fields: Any) -> None:
+        self.bundle = bundle
+        self.counted = _Counted(stream)
+        self.fields = fields
+        self._outcome: tuple[str, int, bool] | None = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._outcome = self.bundle.add_artifact(self.counted, **self.fields)
+        except BaseException as exc:  # re-raised by outcome(), in the thread that asked
+            self._error = exc
+
+    def while_parsing(self, rows: Iterator[Row]) -> list[Row]:
+        """Store in a second thread; meanwhile take rows from ``rows``. Returns the rows taken."""
+        thread = threading.Thread(target=self.run, name="gpuwb-store", daemon=True)
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL_S)  # the store thread gets the GIL back soon after each C call
+        ahead: list[Row] = []
+        try:
+            thread.start()
+            for row in rows:
+                ahead.append(row)
+                if len(ahead) >= PARSE_AHEAD_ROWS or not thread.is_alive():
+                    break
+        finally:
+            thread.join()
+            sys.setswitchinterval(switch)
+        return ahead
+
+    def outcome(self) -> tuple[str, int, bool]:
+        if self._error is not None or self._outcome is None:
+            raise self._error or RuntimeError("the artifact was not stored")
+        return self._outcome
 
 
 class _Counted:

@@ -6,8 +6,9 @@ GPU node whose benign lines hit them (mlx5 FW tracer, veth links becoming ready,
 For each it times, from one run: ``gpuwb ingest`` (MB/s and its peak RSS), ``grep -cE`` over the
 same keywords the collector's prefilter uses, ``sha256sum``, and ``lnav -n`` (lnav indexing the
 file headless). It also times the two halves of an ingest in-process: storing the raw bytes in
-the bundle, and the kernel parser alone, so a slow run says which half to blame. ``--nccl`` adds
-the 512-rank NCCL set of tests/perf/nccl_bench.py (one file per rank).
+the bundle, and the kernel parser alone (and, as a baseline in the same run, with its keywords not
+narrowed), so a slow run says which half to blame. The 512-rank NCCL set of tests/perf/nccl_bench.py
+(one file per rank) follows unless ``--no-nccl``.
 
     python tests/perf/ingest_bench.py                 # 1 GiB each
     python tests/perf/ingest_bench.py --size-mb 50    # quicker
@@ -64,15 +65,22 @@ def store_only(path: Path, tmp: Path) -> float:
     return elapsed
 
 
-def parse_only(path: Path) -> tuple[float, int]:
+def parse_only(path: Path, plain: bool = False) -> tuple[float, int]:
+    """The kernel parser alone; ``plain``: every block through the numpy pass, whose keywords are not
+    narrowed (the candidate lines of the parser before the narrowing, a baseline in the same run)."""
     from collectors import kernel
     from collectors.base import Event, ParseContext
 
-    began = time.perf_counter()
-    ctx = ParseContext(host="gpu-node-017", reference_time=datetime(2025, 3, 2))
-    with open(path, "rb") as f:
-        events = sum(1 for row in kernel.parse("syslog", f, ctx) if isinstance(row, Event))
-    return time.perf_counter() - began, events
+    limit = kernel.RE2_BLOCK_HITS
+    kernel.RE2_BLOCK_HITS = -1 if plain else limit
+    try:
+        began = time.perf_counter()
+        ctx = ParseContext(host="gpu-node-017", reference_time=datetime(2025, 3, 2))
+        with open(path, "rb") as f:
+            events = sum(1 for row in kernel.parse("syslog", f, ctx) if isinstance(row, Event))
+        return time.perf_counter() - began, events
+    finally:
+        kernel.RE2_BLOCK_HITS = limit
 
 
 def measure(log: Path, tmp: Path, name: str) -> list[tuple[str, float, int | None, str]]:
@@ -99,8 +107,10 @@ def breakdown(log: Path, tmp: Path) -> list[tuple[str, float, int | None, str]]:
     """The two halves of an ingest, in this process: run after every child is timed, since a child
     forked from a grown parent reports the parent's pages in its peak RSS."""
     secs, n = parse_only(log)
+    plain_secs, plain_n = parse_only(log, plain=True)
     return [("  part: store raw bytes", store_only(log, tmp), None, "Bundle.add_artifact, in-process"),
-            ("  part: kernel parser", secs, None, f"{n} events, no bundle")]
+            ("  part: kernel parser", secs, None, f"{n} events, no bundle"),
+            ("  part: parser, plain keys", plain_secs, None, f"{plain_n} events: baseline, keywords not narrowed")]
 
 
 def nccl_rows(tmp: Path, size_mb: int) -> tuple[float, list[tuple[str, float, int | None, str]]]:
@@ -144,7 +154,7 @@ def main() -> int:
     parser.add_argument("--keep", metavar="DIR", help="generate into DIR and keep the files for the next run")
     parser.add_argument("--no-breakdown", action="store_true", help="skip the in-process store/parse timings")
     parser.add_argument("--mix", choices=("quiet", "noisy", "both"), default="both", help="which kernel log(s)")
-    parser.add_argument("--nccl", action="store_true", help="also the 512-rank NCCL set, --size-mb in all")
+    parser.add_argument("--no-nccl", action="store_true", help="skip the 512-rank NCCL set (--size-mb in all)")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="gpuwb-bench-"))
@@ -159,7 +169,7 @@ def main() -> int:
                 write_log(log, mix, args.size_mb << 20)
                 print(f"generated {log} in {time.perf_counter() - began:.1f} s", file=sys.stderr)
             tables.append((f"{mix} kernel log", log, measure(log, tmp, mix)))
-        if args.nccl:
+        if not args.no_nccl:
             mb, rows = nccl_rows(tmp, args.size_mb)
             tables.append(("512-rank NCCL logs, one file per rank", mb, rows))
         for title, log, rows in tables:
