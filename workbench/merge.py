@@ -32,8 +32,11 @@ from workbench.derive import run_derivations
 from workbench.schema import EVIDENCE_TABLES
 
 BATCH = 32
-"""Source bundles attached at once: one INSERT per table for all of them. Each attached bundle costs
-about its file size in memory (DuckDB reads whole 256 KiB blocks), so this bounds the merge's RSS."""
+"""Source bundles attached at once: one INSERT per table for all of them."""
+
+BATCH_BYTES = 128 << 20
+"""A batch also ends once its bundles' files add up to this: a batch is one transaction, whose rows and
+chunks DuckDB keeps in memory until the commit, and an attached bundle's blocks are cached as read."""
 
 TITLES_SHOWN = 3
 """A merged incident's default title names this many distinct input titles, then counts the rest."""
@@ -136,9 +139,19 @@ def _title(titles: list[str | None]) -> str:
     return "merged: " + "; ".join(distinct[:TITLES_SHOWN]) + (f" and {more} more" if more > 0 else "")
 
 
-def _batches(paths: list[Path], size: int) -> Iterator[list[Path]]:
-    for start in range(0, len(paths), size):
-        yield paths[start:start + size]
+def _batches(paths: list[Path]) -> Iterator[list[Path]]:
+    """Consecutive groups of at most BATCH bundles and, past the first bundle, BATCH_BYTES of files."""
+    batch: list[Path] = []
+    size = 0
+    for path in paths:
+        grows = path.stat().st_size
+        if batch and (len(batch) >= BATCH or size + grows > BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(path)
+        size += grows
+    if batch:
+        yield batch
 
 
 class _Merger:
@@ -170,18 +183,20 @@ class _Merger:
         result.skipped = [(str(p), "the output bundle itself") for p in paths if p.resolve() == self.own]
         paths = [p for p in paths if p.resolve() != self.own]
         if self.atomic:
-            for batch in _batches(paths, BATCH):
+            for batch in _batches(paths):
                 with self._attached(batch) as attached:
                     self._describe(attached)
-            self.con.execute("BEGIN")
+        self.con.execute("SET enable_progress_bar = false")  # a long INSERT would draw one on stderr
         try:
-            for batch in _batches(paths, BATCH):
+            if self.atomic:
+                self.con.execute("BEGIN")
+            for batch in _batches(paths):
                 self._batch(batch, result)
             if self.atomic:
                 self.con.execute("COMMIT")
         except BaseException:
             if self.atomic:
-                self.con.execute("ROLLBACK")
+                _rollback(self.con)
             raise
         finally:
             self.bundle._next_event_id = None  # ids were assigned here, not through the bundle's counter
@@ -230,7 +245,7 @@ class _Merger:
             self._copy(attached, result)
             self.con.execute("COMMIT")
         except BaseException:
-            self.con.execute("ROLLBACK")
+            _rollback(self.con)
             raise
 
     def _attach(self, path: Path, alias: str) -> None:
@@ -409,6 +424,14 @@ class _Merger:
                                for c in cols)
         self.con.execute(f"INSERT INTO {table} ({_quoted(cols)}) SELECT {select} "
                          f"FROM ({self._union(table, attached, cols)})")
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Undo the open transaction; a COMMIT that failed has already ended it."""
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.TransactionException:
+        pass
 
 
 def _quoted(columns: list[str]) -> str:

@@ -50,9 +50,13 @@ def test_merging_in_batches_gives_what_one_batch_gives(nodes: list[Path], tmp_pa
     assert len(added.inputs) == 6 and len(added.skipped) == 5
     reference = contents(whole)
     assert len(reference["alias"]) >= 20, "the nodes share date, dmesg and sacct bytes across batches"
+    monkeypatch.setattr(merge, "BATCH_BYTES", 1)  # past the first bundle, any file ends the batch
+    single = tmp_path / "single.duckdb"
+    merge.merge_bundles(single, nodes)
     assert contents(batched) == reference
     assert contents(late) == reference
-    for path in (whole, batched, late):
+    assert contents(single) == reference
+    for path in (whole, batched, late, single):
         with Bundle.open(path) as bundle:
             assert bundle.verify() == []
             assert len(json.loads(bundle.meta()["merged_from"])) == 11
