@@ -244,11 +244,14 @@ def gpu_runtime_misconfigured_inference(svc: Service) -> None:
     d = svc.d
     d.title = f"{svc.model}: a replica stays Pending after a node rebuild"
     node, pod = d.culprit, svc.pods[svc.victim]
-    for k in range(4):
-        when = d.fault + timedelta(seconds=k * 30)
-        d.add(f"{node}/nvidia-device-plugin.log",
-              f"{when:%Y-%m-%dT%H:%M:%S}.{d.rng.randint(0, 999_999_999):09d}+00:00 stderr F {when:%Y/%m/%d %H:%M:%S} Loading NVML",
-              f"{when:%Y-%m-%dT%H:%M:%S}.{d.rng.randint(0, 999_999_999):09d}+00:00 stderr F {when:%Y/%m/%d %H:%M:%S} Failed to initialize NVML: could not load NVML library.")
+    for k in range(3):  # kubectl logs of the device plugin's pod (v0.9), one block per restart
+        stamp = f"{d.fault + timedelta(seconds=k * 40):%Y/%m/%d %H:%M:%S}"
+        d.add(f"{node}/nvidia-device-plugin.log", f"{stamp} Loading NVML",
+              f"{stamp} Failed to initialize NVML: could not load NVML library.",
+              f"{stamp} If this is a GPU node, did you set the docker default runtime to `nvidia`?",
+              f"{stamp} You can check the prerequisites at: https://github.com/NVIDIA/k8s-device-plugin#prerequisites",
+              f"{stamp} You can learn how to set the runtime at: https://github.com/NVIDIA/k8s-device-plugin#quick-start",
+              f"{stamp} If this is not a GPU node, you should set up a toleration or nodeSelector to only deploy this plugin on GPU nodes")
     svc.event(d.fault + timedelta(seconds=90), "FailedScheduling",
               f"0/{len(svc.pods) + 4} nodes are available: 1 Insufficient nvidia.com/gpu, {len(svc.pods) + 3} node(s) didn't match Pod's node affinity/selector.",
               obj=pod, component="default-scheduler", count=9)

@@ -194,7 +194,8 @@ def _gpu_samples(job: Job) -> None:
                             f"{row['sw_thermal']}, {row['hw_power_brake']}")
             when += timedelta(minutes=10)
             k += 1
-        d.add(f"{host}/gpu-query.csv", *rows)
+        if len(rows) > 1:  # a job that died at start left the monitor nothing to sample
+            d.add(f"{host}/gpu-query.csv", *rows)
 
 
 def _slurm(job: Job) -> None:
