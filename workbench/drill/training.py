@@ -107,6 +107,7 @@ def build(d: Drill, fault: Callable[[Job], None]) -> Job:
             when = d.start - timedelta(minutes=rng.randint(5, 600), seconds=rng.random() * 60)
             job.dmesg(host, when, *noise)
     _old_xid(job)
+    _port_counters(job)
     fault(job)
     end = job.end or (job.watchdog_at + timedelta(seconds=rng.randint(8, 40)) if job.hang_at else d.fault
                       + timedelta(minutes=20))
@@ -138,6 +139,24 @@ def _old_xid(job: Job) -> None:
                           f"(GPC {rng.randint(0, 7)}, TPC {rng.randint(0, 8)}, SM {rng.randint(0, 1)}): Out Of Range Address",
               f"NVRM: Xid (PCI:0000:{bus}:00): 13, pid={pid}, name=python3, Graphics Exception: ESR 0x50e730=0x20 "
               "0x50e734=0x0 0x50e728=0xf81eb60 0x50e72c=0x1174")
+
+
+def _port_counters(job: Job) -> None:
+    """Half the drills: ``perfquery`` of one host's IB port, taken at capture, with a few symbol errors
+    that have been there for weeks (noise next to a flapping link's thousands)."""
+    d, rng = job.d, job.d.rng
+    if rng.random() < 0.5:
+        return
+    host = rng.choice(d.hosts)
+    counters = (("SymbolErrorCounter", rng.randint(1, 9)), ("LinkErrorRecoveryCounter", 0), ("LinkDownedCounter", 0),
+                ("PortRcvErrors", 0), ("PortRcvRemotePhysicalErrors", 0), ("PortRcvSwitchRelayErrors", 0),
+                ("PortXmitDiscards", 0), ("PortXmitConstraintErrors", 0), ("PortRcvConstraintErrors", 0),
+                ("CounterSelect2", "0x00"), ("LocalLinkIntegrityErrors", 0), ("ExcessiveBufferOverrunErrors", 0),
+                ("VL15Dropped", 0), ("PortXmitData", rng.randint(10**9, 4 * 10**9)),
+                ("PortRcvData", rng.randint(10**9, 4 * 10**9)), ("PortXmitPkts", rng.randint(10**7, 9 * 10**7)),
+                ("PortRcvPkts", rng.randint(10**7, 9 * 10**7)), ("PortXmitWait", rng.randint(100, 9000)))
+    d.add(f"{host}/perfquery.txt", f"# Port counters: Lid {rng.randint(2, 200)} port 1 (CapMask: 0x5300)",
+          f"{'PortSelect:':.<33}1", f"{'CounterSelect:':.<33}0x0000", *(f"{name + ':':.<33}{value}" for name, value in counters))
 
 
 def capture(d: Drill) -> datetime:
