@@ -51,6 +51,9 @@ from workbench.playbook import (
 from workbench.workload import detect_workload
 
 MAX_HYPOTHESES = 10
+PER_CAUSE_LISTED = 4
+"""Hypotheses of one cause listed at most: a fleet's thousand hosts showing the same noise would fill the
+list; the others are counted on the last one listed (``more_places``)."""
 TOP_FAULT = 0.35
 """A top hypothesis this strong makes the checks behind it a fault in their layer."""
 MIN_LISTED = 0.02
@@ -77,8 +80,11 @@ def analyze(bundle: Bundle, workload: str | None = None) -> dict[str, Any]:
     cause_rows = [r for res in results if res.check.role == "cause" for r in res.rows]
     locators = [r for res in results if res.check.role == "locator" for r in res.rows]
     ranked, groups = engine.rank(cause_rows, symptom_rows, locators)
-    listed = [c for c in ranked if c.score >= MIN_LISTED][:MAX_HYPOTHESES]
+    listed, folded = _per_cause([c for c in ranked if c.score >= MIN_LISTED])
     hypotheses = [_hypothesis(n, c, causes, groups, engine) for n, c in enumerate(listed, start=1)]
+    for h in reversed(hypotheses):  # the count goes on the last one listed of its cause
+        if folded.get(h["cause"]):
+            h["more_places"] = folded.pop(h["cause"])
     top = ranked[0] if ranked and ranked[0].score >= LOW_SCORE else None
     window = _window(con, top, groups, playbook.params["horizon_s"])
     return {
@@ -182,6 +188,22 @@ def _pick_evidence(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             break
     chosen.sort(key=lambda r: (r["at"] is None, r["at"] or datetime.max))
     return [_evidence(r) for r in chosen]
+
+
+def _per_cause(candidates: list[Candidate]) -> tuple[list[Candidate], dict[str, int]]:
+    """The best MAX_HYPOTHESES with at most PER_CAUSE_LISTED of one cause, and how many of each cause
+    were left out that way."""
+    kept: list[Candidate] = []
+    seen: dict[str, int] = {}
+    folded: dict[str, int] = {}
+    for c in candidates:
+        if seen.get(c.cause, 0) < PER_CAUSE_LISTED:
+            seen[c.cause] = seen.get(c.cause, 0) + 1
+            kept.append(c)
+        else:
+            folded[c.cause] = folded.get(c.cause, 0) + 1
+    kept = kept[:MAX_HYPOTHESES]
+    return kept, {cause: n for cause, n in folded.items() if any(c.cause == cause for c in kept)}
 
 
 def _hypothesis(n: int, c: Candidate, causes: dict[str, dict[str, Any]], groups: list, engine: Engine) -> dict:

@@ -59,6 +59,8 @@ class Hypothesis:
     absorbed: tuple[str, ...]
     explains: dict[str, Any]
     symptom_evidence: tuple[EvidenceLine, ...]
+    more_places: int = 0
+    """Other places with this cause left out of the list (a fleet's hosts with the same noise)."""
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Hypothesis:
@@ -68,12 +70,15 @@ class Hypothesis:
                    evidence=tuple(EvidenceLine.from_json(e) for e in d.get("evidence") or ()),
                    consequences=tuple(d.get("consequences") or ()), absorbed=tuple(d.get("absorbed") or ()),
                    explains=dict(d.get("explains") or {}),
-                   symptom_evidence=tuple(EvidenceLine.from_json(e) for e in d.get("symptom_evidence") or ()))
+                   symptom_evidence=tuple(EvidenceLine.from_json(e) for e in d.get("symptom_evidence") or ()),
+                   more_places=int(d.get("more_places") or 0))
 
     @property
     def where(self) -> str:
         """Host, GPU and ranks in the order a responder reads them: ``node03 0000:5d:00.0 r19``."""
         parts = [self.host or "whole job/service"]
+        if self.more_places:
+            parts.append(f"(+{self.more_places} more)")
         if self.gpu:
             parts.append(self.gpu)
         if self.ranks:

@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.perf.fleet_nodes import culprit_of, host_name, node_bundle, write_node
 from workbench import merge
+from workbench.analysis import PER_CAUSE_LISTED
 from workbench.bundle import Bundle
 from workbench.schema import EVIDENCE_TABLES
 
@@ -108,3 +109,15 @@ def test_the_rest_are_counted_not_listed(outputs: dict[int, dict[str, str]]) -> 
     assert len(big["md"].splitlines()) <= len(small["md"].splitlines()) + 10, "five times the hosts, same report"
     assert max(map(len, big["md"].splitlines())) < 600
     assert len(big["text"].splitlines()) <= len(small["text"].splitlines()) + 2
+
+
+def test_one_cause_on_every_host_is_listed_a_few_times_and_counted(outputs: dict[int, dict[str, str]]) -> None:
+    for count, out in outputs.items():
+        hyps = json.loads(out["json"])["hypotheses"]
+        per_cause: dict[str, list[dict]] = {}
+        for h in hyps:
+            per_cause.setdefault(h["cause"], []).append(h)
+        assert all(len(listed) <= PER_CAUSE_LISTED for listed in per_cause.values())
+        noisy = max(per_cause.values(), key=len)
+        assert [h.get("more_places", 0) for h in noisy[:-1]] == [0] * (len(noisy) - 1)
+        assert len(noisy) + noisy[-1]["more_places"] == count, "every node's link line, listed or counted"

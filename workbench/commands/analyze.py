@@ -90,6 +90,8 @@ def render(result: Analysis, *, top: int = 5) -> str:
         out.append("No root cause stands out (no hypothesis scores 0.2 or more).")
     for h in hyps:
         where = h.host or "-"
+        if h.more_places:
+            where += f" (and {h.more_places} more places)"
         if h.gpu:
             where += f" {h.gpu}"
         if h.ranks:
