@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from workbench.demo.nvsmi import Gpu, page
 from workbench.drill import lines as fmt
 from workbench.drill.registry import fault
 from workbench.drill.serving import Service
@@ -220,6 +221,7 @@ def gpu_contention_inference(svc: Service) -> None:
         lines += [f"INFO {when:%m-%d %H:%M:%S} api_server.py:585] vLLM API server version 0.6.3",
                   f"ERROR {when:%m-%d %H:%M:%S} engine.py:158] ValueError: Free memory on device cuda:{d.local} ({free:.2f}/79.10 GiB) on startup is less than desired GPU memory utilization (0.9, 71.19 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."]
     d.add(f"{node}/logs/{pod}.log", *lines)
+    d.texts[f"{node}/nvidia-smi-q.txt"] = _two_processes(svc, d.fault + timedelta(minutes=6))
     svc.event(d.fault + timedelta(seconds=40), "Killing", "Container vllm failed liveness probe, will be restarted", obj=pod, node=node,
               typ="Normal")
     svc.event(d.fault + timedelta(seconds=140), "BackOff", f"Back-off restarting failed container vllm in pod {pod}_serving",
@@ -236,6 +238,26 @@ def gpu_contention_inference(svc: Service) -> None:
         if t >= d.fault + timedelta(seconds=40):
             svc.absorb(s)
     svc.effects.append(effect)
+
+
+def _two_processes(svc: Service, when: datetime) -> str:
+    """The node's nvidia-smi -q as the responder takes it: the stray job's process holds the culprit
+    GPU's memory next to the vLLM worker that keeps restarting there."""
+    d = svc.d
+    gpus = [Gpu(index=i, bus=f":{bus}:00.0", uuid=f"GPU-{d.job * 31 + i:08x}-77aa-4c1e-9a53-{d.job:06d}{i:06d}",
+                serial=f"16544221{40000 + i}", util=97 if i == d.local else 61, mem_used=79_000 if i == d.local else 72_400,
+                temp=58 + i, power=420.0 + 9 * i, pid=d.rng.randint(2000, 9000)) for i, bus in enumerate(d.buses)]
+    text = page(gpus, when)
+    stray = d.rng.randint(10_000, 60_000)
+    marker = f"GPU 0000:{d.buses[d.local]}:00.0".upper()
+    head, sep, rest = text.partition(marker)
+    block = ("\n" + _kv(8, "GPU instance ID", "N/A") + "\n" + _kv(8, "Compute instance ID", "N/A") + "\n"
+             + _kv(8, "Process ID", stray) + "\n" + _kv(12, "Type", "C") + "\n" + _kv(12, "Name", "python")
+             + "\n" + _kv(12, "Used GPU Memory", "47104 MiB"))
+    end = rest.find("\n\nGPU 0000")
+    end = len(rest.rstrip("\n")) if end < 0 else end
+    section = rest[:end].replace(_kv(12, "Used GPU Memory", "78488 MiB"), _kv(12, "Used GPU Memory", "31384 MiB"))
+    return head + sep + section + block + rest[end:]
 
 
 @fault("gpu_runtime_misconfigured", "inference")

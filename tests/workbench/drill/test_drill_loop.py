@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from collectors.base import normalize_pci
 from workbench.analysis import analyze
 from workbench.bundle import Bundle
 from workbench.causes import load_causes
@@ -20,6 +21,8 @@ PLACE_FLOOR = 117
 """Of those, drills whose first hypothesis also names the truth's host (or any, for a job/fleet-wide cause)."""
 CAUSE_FLOOR = 33
 """Causes of the catalog all of whose drills analyse back to them."""
+GPU_FLOOR = 39
+"""Of the drills whose truth names a GPU, those whose first hypothesis names the same PCI bus id."""
 LAYER_FLOOR = 104
 """Drills whose analysis calls the truth's layer a fault (the layer verdict the scorecard expects)."""
 
@@ -29,7 +32,7 @@ def test_every_cause_of_the_catalog_has_a_drill() -> None:
 
 
 def test_every_drill_is_analysed_back_to_its_own_cause(tmp_path: Path) -> None:
-    misses, wrong_place, layer_off, hits, placed, layered = [], [], [], 0, 0, 0
+    misses, wrong_place, layer_off, wrong_gpu, hits, placed, layered, gpus, gpus_right = [], [], [], [], 0, 0, 0, 0, 0
     for cause, workload in faults():
         for seed in SEEDS:
             written = write(cause, workload, seed, tmp_path / f"{cause}-{workload}-{seed}")
@@ -46,6 +49,12 @@ def test_every_drill_is_analysed_back_to_its_own_cause(tmp_path: Path) -> None:
                 misses.append(f"{cause}/{workload}/seed {seed} -> {top.get('cause')}")
                 continue
             hits += 1
+            if written.truth.gpu:
+                gpus += 1
+                if normalize_pci(top.get("gpu")) == written.truth.gpu:
+                    gpus_right += 1
+                else:
+                    wrong_gpu.append(f"{cause}/{workload}/seed {seed} -> {top.get('gpu')} not {written.truth.gpu}")
             if written.truth.host is None or top.get("host") == written.truth.host:
                 placed += 1
             else:
@@ -55,9 +64,11 @@ def test_every_drill_is_analysed_back_to_its_own_cause(tmp_path: Path) -> None:
     solved = len(load_causes()) - len(missed_causes)
     print(f"\ndrill loop: {solved} of {len(load_causes())} causes analyse back to themselves on every drill; "
           f"{hits} of {total} drills ({len(faults())} cause/workload pairs x {len(SEEDS)} seeds), {placed} at the "
-          f"right place, {layered} with the truth's layer called a fault; misses: {misses or 'none'}; "
-          f"wrong place: {wrong_place or 'none'}; layer not a fault: {layer_off or 'none'}")
+          f"right place ({gpus_right} of {gpus} naming the truth's GPU), {layered} with the truth's layer called a "
+          f"fault; misses: {misses or 'none'}; wrong place: {wrong_place or 'none'}; wrong GPU: {wrong_gpu or 'none'}; "
+          f"layer not a fault: {layer_off or 'none'}")
     assert hits >= DRILL_FLOOR, misses
     assert placed >= PLACE_FLOOR, wrong_place
     assert solved >= CAUSE_FLOOR, sorted(missed_causes)
     assert layered >= LAYER_FLOOR, layer_off
+    assert gpus_right >= GPU_FLOOR, wrong_gpu
