@@ -85,6 +85,8 @@ class Bundle:
         self._next_event_id: int | None = None
         self._next_artifact_id: int | None = None
         """known only inside a batch, which no other writer shares: one query fewer per stored file"""
+        self._artifact_ids: dict[str, int] | None = None
+        """sha256 -> id of the stored artifacts, inside a batch: the duplicate check without a query per file"""
         self._in_batch = False
 
     # -- opening ---------------------------------------------------------------------------
@@ -192,7 +194,7 @@ class Bundle:
                                  [aid, seq, stored, codec, len(block)])
                 seq += 1
             sha = digest.hexdigest()
-            existing = self.find_artifact(sha)
+            existing = self._stored_id(sha)
             if existing is not None:
                 self._drop_chunks(aid, own)
                 return sha, existing, False
@@ -205,10 +207,19 @@ class Bundle:
                 self.con.execute("COMMIT")
             else:
                 self._next_artifact_id = aid + 1
+                if self._artifact_ids is not None:
+                    self._artifact_ids[sha] = aid
         except BaseException:
             self._drop_chunks(aid, own)
             raise
         return sha, aid, True
+
+    def _stored_id(self, sha256: str) -> int | None:
+        if not self._in_batch:
+            return self.find_artifact(sha256)
+        if self._artifact_ids is None:
+            self._artifact_ids = dict(self.con.execute("SELECT sha256, id FROM artifact").fetchall())
+        return self._artifact_ids.get(sha256)
 
     def _drop_chunks(self, artifact_id: int, own: bool) -> None:
         """Undo the chunks of an artifact that is not kept (a duplicate, or a read that failed)."""
@@ -224,13 +235,13 @@ class Bundle:
         if not self._in_batch:
             self.con.execute("BEGIN")
             self._in_batch = True
-            self._next_artifact_id = None
+            self._next_artifact_id = self._artifact_ids = None
 
     def commit_batch(self) -> None:
         if self._in_batch:
             self.con.execute("COMMIT")
             self._in_batch = False
-            self._next_artifact_id = None
+            self._next_artifact_id = self._artifact_ids = None
 
     def rollback_batch(self) -> None:
         """Undo the open group (an interrupted ingest): its artifacts and rows go, earlier groups stay."""
@@ -238,7 +249,7 @@ class Bundle:
             self.con.execute("ROLLBACK")
             self._in_batch = False
             self._next_event_id = None
-            self._next_artifact_id = None
+            self._next_artifact_id = self._artifact_ids = None
 
     def add_alias(self, sha256: str, *, kind: str, source: str, collector: str | None = None,
                   host: str | None = None, captured_at: datetime | None = None,

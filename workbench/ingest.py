@@ -17,7 +17,6 @@ import lzma
 import os
 import shutil
 import stat
-import sys
 import tarfile
 import tempfile
 import threading
@@ -46,7 +45,6 @@ BATCH_BYTES = 64 << 20
 OVERLAP_BYTES = 8 << 20
 """Files from this size on are parsed while a second thread stores them (workbench/ingest.py _Store)."""
 PARSE_AHEAD_ROWS = 50_000
-SWITCH_INTERVAL_S = 0.0005
 BATCH_FILE_COST = 256 << 10
 """Commit after about 64 MiB of evidence, counting each file as at least 256 KiB of work."""
 MAX_ARCHIVE_BYTES = 32 << 30
@@ -431,8 +429,6 @@ class _Store:
     def while_parsing(self, rows: Iterator[Row]) -> list[Row]:
         """Store in a second thread; meanwhile take rows from ``rows``. Returns the rows taken."""
         thread = threading.Thread(target=self.run, name="gpuwb-store", daemon=True)
-        switch = sys.getswitchinterval()
-        sys.setswitchinterval(SWITCH_INTERVAL_S)  # the store thread gets the GIL back soon after each C call
         ahead: list[Row] = []
         try:
             thread.start()
@@ -442,7 +438,6 @@ class _Store:
                     break
         finally:
             thread.join()
-            sys.setswitchinterval(switch)
         return ahead
 
     def outcome(self) -> tuple[str, int, bool]:

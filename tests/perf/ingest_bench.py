@@ -66,13 +66,13 @@ def store_only(path: Path, tmp: Path) -> float:
 
 
 def parse_only(path: Path, plain: bool = False) -> tuple[float, int]:
-    """The kernel parser alone; ``plain``: every block through the numpy pass, whose keywords are not
-    narrowed (the candidate lines of the parser before the narrowing, a baseline in the same run)."""
+    """The kernel parser alone; ``plain``: with no keyword narrowed (collectors/kernel.py NARROWED), the
+    parser as it was before the narrowing, a baseline in the same run."""
     from collectors import kernel
     from collectors.base import Event, ParseContext
 
-    limit = kernel.RE2_BLOCK_HITS
-    kernel.RE2_BLOCK_HITS = -1 if plain else limit
+    narrowed = kernel.NARROWED
+    kernel.NARROWED = () if plain else narrowed
     try:
         began = time.perf_counter()
         ctx = ParseContext(host="gpu-node-017", reference_time=datetime(2025, 3, 2))
@@ -80,7 +80,7 @@ def parse_only(path: Path, plain: bool = False) -> tuple[float, int]:
             events = sum(1 for row in kernel.parse("syslog", f, ctx) if isinstance(row, Event))
         return time.perf_counter() - began, events
     finally:
-        kernel.RE2_BLOCK_HITS = limit
+        kernel.NARROWED = narrowed
 
 
 def measure(log: Path, tmp: Path, name: str) -> list[tuple[str, float, int | None, str]]:

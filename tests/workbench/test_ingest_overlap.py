@@ -11,8 +11,6 @@ import json
 import os
 import shutil
 
-import pytest
-
 from tests.perf.kernel_log_mix import write_log
 from workbench import ingest
 from workbench.bundle import Bundle
@@ -70,12 +68,3 @@ def test_a_store_error_in_the_thread_reaches_the_caller(monkeypatch, tmp_path):
         results = ingest.ingest_paths(bundle, [str(evidence)])
     assert {r.status for r in results} == {"error"}
     assert all("Input/output error" in r.error for r in results)
-
-
-@pytest.mark.parametrize("overlap", [True, False])
-def test_the_switch_interval_is_restored(monkeypatch, tmp_path, overlap):
-    import sys
-
-    before = sys.getswitchinterval()
-    _ingested(monkeypatch, tmp_path / "b.duckdb", _evidence(tmp_path / "evidence"), overlap=overlap)
-    assert sys.getswitchinterval() == before
