@@ -117,11 +117,18 @@ def merge_into(target: str | os.PathLike[str], inputs: list[str | os.PathLike[st
         if "merged_from" not in bundle.meta():
             raise BundleError(f"{target_path} was not made by gpuwb merge; --into adds to a merged bundle")
         merger = _Merger(bundle, atomic=True)
-        result = merger.add(paths)
-        if result.inputs:
-            _finish(bundle, merger, result)
-        else:
-            result.root_digest = (bundle.last_seal() or {}).get("root_digest") or ""
+        merger.check(paths)  # outside the transaction: DuckDB refusing a bad source would abort it
+        bundle.con.execute("BEGIN")
+        try:
+            result = merger.add(paths)
+            if result.inputs:
+                _finish(bundle, merger, result)
+            else:
+                result.root_digest = (bundle.last_seal() or {}).get("root_digest") or ""
+            bundle.con.execute("COMMIT")
+        except BaseException:
+            _rollback(bundle.con)
+            raise
     return result
 
 
@@ -178,26 +185,22 @@ class _Merger:
             "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' AND table_name = ? "
             "AND table_catalog = current_database() ORDER BY ordinal_position", [table]).fetchall()]
 
+    def check(self, paths: list[Path]) -> None:
+        """Attach and describe every source without copying: one that is not a bundle fails here, and an
+        older one is brought to the current schema."""
+        for batch in _batches([p for p in paths if p.resolve() != self.own]):
+            with self._attached(batch) as attached:
+                self._describe(attached)
+
     def add(self, paths: list[Path]) -> MergeResult:
+        """Copy the sources; with ``atomic`` inside the caller's transaction, else one per batch."""
         result = MergeResult(path=self.bundle.path)
         result.skipped = [(str(p), "the output bundle itself") for p in paths if p.resolve() == self.own]
         paths = [p for p in paths if p.resolve() != self.own]
-        if self.atomic:
-            for batch in _batches(paths):
-                with self._attached(batch) as attached:
-                    self._describe(attached)
         self.con.execute("SET enable_progress_bar = false")  # a long INSERT would draw one on stderr
         try:
-            if self.atomic:
-                self.con.execute("BEGIN")
             for batch in _batches(paths):
                 self._batch(batch, result)
-            if self.atomic:
-                self.con.execute("COMMIT")
-        except BaseException:
-            if self.atomic:
-                _rollback(self.con)
-            raise
         finally:
             self.bundle._next_event_id = None  # ids were assigned here, not through the bundle's counter
         return result
@@ -205,9 +208,7 @@ class _Merger:
     # -- one batch ----------------------------------------------------------------------------
     @contextmanager
     def _attached(self, paths: list[Path]) -> Iterator[dict[str, Path]]:
-        """The sources attached read-only as src0, src1, ... and detached on the way out. With
-        ``atomic``, :meth:`add` does this once before its transaction: DuckDB refusing to attach a bad
-        source aborts the transaction it happens in, and that one has to stay all-or-nothing."""
+        """The sources attached read-only as src0, src1, ... and detached on the way out."""
         attached: dict[str, Path] = {}
         try:
             for path in paths:
