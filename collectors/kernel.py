@@ -284,13 +284,12 @@ class _Prefilter:
         """(newline positions, sorted positions inside the candidate lines) of one block."""
         np = self.np
         if self.windows is not None:
-            hits: list[int] = []
-            for m in self.windows.finditer(block):
-                hits.append(m.start())
-                if len(hits) > RE2_BLOCK_HITS:
-                    break
-            else:
-                return np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10), np.array(hits, dtype=np.int64)
+            from collectors._signatures import spans
+
+            found = spans(self.windows, block, RE2_BLOCK_HITS + 1)
+            if len(found) <= RE2_BLOCK_HITS:
+                hits = np.array([start for start, _ in found], dtype=np.int64)
+                return np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10), hits
         padded = b"\n\n\n" + block + b"\n" * 8
         arr = np.frombuffer(padded, dtype=np.uint8)[3:3 + len(block)]
         words = np.ndarray(shape=(len(block),), dtype="<u8", buffer=padded, offset=0, strides=(1,))
