@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from workbench.drill import lines as fmt
 from workbench.drill.registry import fault
 from workbench.drill.serving import Service
 
 
-def _overload(svc: Service, p: int, t: datetime, s: dict[str, float], level: float) -> None:
+def _overload(p: int, s: dict[str, float], level: float) -> None:
     """What a full engine looks like: KV cache near 100 %, a queue, slow first tokens, preemptions."""
     s["kv"] = s["kv"] + (0.993 - s["kv"]) * level
     s["waiting"] += 180 * level * (0.8 + 0.05 * p)
@@ -28,7 +29,7 @@ def traffic_surge_inference(svc: Service) -> None:
 
     def effect(p: int, t: datetime, s: dict[str, float]) -> None:
         s["rate"] *= 1 + (factor - 1) * svc.ramp(t, over_s=90)
-        _overload(svc, p, t, s, svc.ramp(t, delay_s=90, over_s=60))
+        _overload(p, s, svc.ramp(t, delay_s=90, over_s=60))
     svc.effects.append(effect)
     scaled = d.fault + timedelta(minutes=2, seconds=d.rng.randint(0, 40))
     svc.event(scaled, "SuccessfulRescale", f"New size: {len(svc.pods) + 2}; reason: pods metric vllm:num_requests_waiting above target",
@@ -48,7 +49,7 @@ def long_context_shift_inference(svc: Service) -> None:
 
     def effect(p: int, t: datetime, s: dict[str, float]) -> None:
         s["prompt"] *= 1 + (factor - 1) * svc.ramp(t, over_s=60)
-        _overload(svc, p, t, s, svc.ramp(t, delay_s=90, over_s=90))
+        _overload(p, s, svc.ramp(t, delay_s=90, over_s=90))
     svc.effects.append(effect)
 
 
@@ -59,7 +60,7 @@ def bad_change_inference(svc: Service) -> None:
     d.title = f"{svc.model}: error rate up"
     d.place_host = False
     new = d.rng.randint(7, 30)
-    svc.changes.append({"ts": _z(d.fault), "what": f"model {svc.model}", "version": f"v{new}", "from_version": f"v{new - 1}",
+    svc.changes.append({"ts": fmt.iso_z(d.fault), "what": f"model {svc.model}", "version": f"v{new}", "from_version": f"v{new - 1}",
                         "who": "ci-bot", "note": "new chat template and stop-sequence handling"})
     share = d.rng.uniform(0.15, 0.3)
 
@@ -76,7 +77,7 @@ def quantization_regression_inference(svc: Service) -> None:
     d = svc.d
     d.title = f"{svc.model}: latency and errors up after a release"
     d.place_host = False
-    svc.changes.append({"ts": _z(d.fault), "what": f"model {svc.model}", "version": "fp8-dynamic", "from_version": "bf16",
+    svc.changes.append({"ts": fmt.iso_z(d.fault), "what": f"model {svc.model}", "version": "fp8-dynamic", "from_version": "bf16",
                         "who": "ci-bot", "note": "FP8 weight quantization to halve the GPU count"})
     share = d.rng.uniform(0.06, 0.12)
 
@@ -85,7 +86,3 @@ def quantization_regression_inference(svc: Service) -> None:
         s["fail"] = max(s["fail"], share * level)
         s["latency"] = 1.0 + 2.0 * level
     svc.effects.append(effect)
-
-
-def _z(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")

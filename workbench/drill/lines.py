@@ -85,6 +85,11 @@ def iso(when: datetime) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%S")
 
 
+def iso_z(when: datetime) -> str:
+    """An ISO-8601 UTC time to the second with ``Z``, as Kubernetes and change logs write it."""
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def slurmctld(when: datetime, text: str) -> str:
     """A slurmctld.log line: ``[2025-03-01T14:03:10.448] …``."""
     return f"[{iso(when)}.{when.microsecond // 1000:03d}] {text}"
@@ -98,7 +103,7 @@ def sacct(rows: list[str]) -> str:
 def k8s_event(uid: str, when: datetime, reason: str, message: str, kind: str, obj: str, namespace: str,
               node: str | None, typ: str = "Warning", count: int = 1, component: str = "kubelet") -> dict:
     """One core/v1 Event as ``kubectl get events -o json`` lists it."""
-    stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = iso_z(when)
     return {"apiVersion": "v1", "count": count, "eventTime": None, "firstTimestamp": stamp,
             "involvedObject": {"apiVersion": "v1" if kind == "Pod" else "apps/v1", "kind": kind, "name": obj,
                                "namespace": namespace},
