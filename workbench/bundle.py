@@ -576,9 +576,10 @@ class RowWriter:
     rank logs then costs a few batched inserts instead of three per file."""
 
     BATCH = 50_000
-    LIST_ROWS = 20_000
-    """Fewer rows go in as DuckDB list parameters: 2.6x slower per row than Arrow, but Arrow's first array
-    imports pandas (~0.5 s), which an ingest of a log with a few thousand events never needed otherwise."""
+    LIST_ROWS = BATCH
+    """Fewer rows (all but a full batch) go in as DuckDB list parameters: 2.6x slower per row than Arrow,
+    but Arrow's first array imports pandas (~0.5 s), which a log with fewer than BATCH rows would pay for
+    nothing else; only an ingest with full batches (a metrics dump) goes through Arrow."""
 
     def __init__(self, bundle: Bundle, artifact_sha: str | None) -> None:
         self.bundle = bundle
