@@ -68,6 +68,14 @@ def nccl_init(host: str, pid: int, rank: int, nranks: int, dev: int, bus: str, c
     return lines
 
 
+def srun_labelled(per_task: dict[int, list[str]]) -> list[str]:
+    """``srun -l`` output: every task's lines under its ``N: `` label, interleaved as the tasks print."""
+    out = []
+    for i in range(max(len(lines) for lines in per_task.values())):
+        out += [f"{task}: {lines[i]}" for task, lines in sorted(per_task.items()) if i < len(lines)]
+    return out
+
+
 def titan_step(rank: int, when: datetime, step: int, loss: float, tps: int) -> str:
     """torchtitan's step line under torchrun's prefix."""
     return (f"[rank{rank}]:[titan] {when:%Y-%m-%d %H:%M:%S},{when.microsecond // 1000:03d} - root - INFO - "

@@ -24,6 +24,9 @@ from workbench.drill.incident import Drill
 WATCHDOG_S = 600
 STEP_S = 1.05
 STEP_EVERY = 500
+LABELLED_SHARE = 0.5
+"""The share of drills whose ranks' output is one ``srun -l`` file (the job's slurm-JOB.out, each line
+under its task number) instead of one log per rank in its host's folder."""
 
 BOOT_CHATTER = (
     "Linux version 5.15.0-105-generic (buildd@lcy02-amd64-054) (gcc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0, GNU ld (GNU Binutils for Ubuntu) 2.38) #115-Ubuntu SMP Mon Apr 15 09:52:04 UTC 2024 (Ubuntu 5.15.0-105.115-generic 5.15.148)",
@@ -168,6 +171,8 @@ def _rank_logs(job: Job) -> None:
     d = job.d
     comm = f"{d.job % 0xFFFF:04x}"
     stop = job.hang_at or job.end
+    labelled = d.rng.random() < LABELLED_SHARE
+    per_task: dict[int, list[str]] = {}
     for rank in range(d.nranks):
         host, dev = d.host_of(rank), rank % d.gpus_per_host
         lines = [fmt.pylog(d.start, f"[rank{rank}] torch.distributed initialized: world_size={d.nranks} backend=nccl")]
@@ -180,7 +185,12 @@ def _rank_logs(job: Job) -> None:
             when = job.watchdog_at + timedelta(milliseconds=31 * rank)
             lines += fmt.watchdog(rank, when, 40_000 + d.job % 9000, "ALLREDUCE", 1 << 20, WATCHDOG_S * 1000,
                                   int((when - job.hang_at).total_seconds() * 1000))
-        d.add(f"{host}/rank{rank}.log", *lines)
+        if labelled:
+            per_task[rank] = lines
+        else:
+            d.add(f"{host}/rank{rank}.log", *lines)
+    if labelled:
+        d.add(f"slurm/slurm-{d.job}.out", *fmt.srun_labelled(per_task))
 
 
 def nccl_lines(d: Drill, rank: int, host: str, dev: int, comm: str) -> list[str]:
