@@ -61,12 +61,15 @@ class Drill:
     local: int
     job: int
     files: dict[str, list[str]] = field(default_factory=dict)
+    """Raw files built line by line (logs), by path under raw/."""
     texts: dict[str, str] = field(default_factory=dict)
+    """Raw files written whole (snapshots, JSON), by path under raw/."""
     title: str = ""
     detected: datetime | None = None
     place_gpu: bool = True
-    """Whether the cause lives on one GPU (its truth names the GPU) or on the host/job."""
+    """Whether the truth names the culprit GPU (a cause that lives on one GPU and shows it)."""
     place_host: bool = True
+    """Whether the truth names the culprit host; not for a cause of the whole job or fleet."""
 
     @classmethod
     def draw(cls, cause: str, workload: str, seed: int) -> Drill:
