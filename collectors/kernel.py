@@ -248,15 +248,16 @@ RARITY = b"QZJXVKWYHBRwLDOvxfUGFqzjkyCIPMTNASEbgpmhucdltrisnoae"
 """Bytes from rarest to commonest in kernel logs: each keyword is anchored at its rarest byte, and
 this order also keeps the number of distinct anchor bytes small (each costs one pass)."""
 RE2_BLOCK_HITS = 2048
-"""Above this many window hits in a block the RE2 pass (a Python object per hit) gives way to the numpy
+"""Above this many window hits in a block the RE2 pass (a Python tuple per hit) gives way to the numpy
 one; a block with that many candidates spends far longer in the per-line parser either way."""
 
 
 class _Prefilter:
     """Keyword candidates of a block without a Python loop per line: one numpy compare per anchor
     byte, then the 8 bytes around each anchor against the keywords anchored there. The same windows as
-    one RE2 alternation find the same lines about twice as fast when hits are few (a quiet log): a
-    window holds no newline, so every line holding one gets a match."""
+    one RE2 alternation find those lines about twice as fast when hits are few (a window holds no
+    newline, so every line holding one gets a match), less the NARROWED keywords' lines that cannot
+    make a row (``anchors``: the signature catalog's, which such a line may still match)."""
 
     def __init__(self, anchors: Iterable[str] = ()) -> None:
         import numpy as np  # deferred: numpy costs ~0.1 s to import and capture never needs it
