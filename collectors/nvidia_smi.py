@@ -396,7 +396,8 @@ def gpu_rows(gpu: Node, *, bus: str | None, clock: Clock, host: str | None, driv
     yield sample
     lines = {"gpu_throttle": reason_line, "ecc_uncorrectable": ecc["line"], "row_remap_pending": remap and remap.line,
              "row_remap_failure": remap and remap.line, "retired_pages_pending": retired and retired.line,
-             "pcie_link_degraded": (find(gpu, "link_width", "link_widths", "pcie_generation") or Node("")).line}
+             "pcie_link_degraded": (find(gpu, "link_width", "link_widths", "pcie_generation") or Node("")).line,
+             "gpu_contention": (find(gpu, "processes") or Node("")).line}
     yield from tracker.observe(sample, ts_origin=clock.origin, ts_approx=clock.approx, ts_raw=clock.raw,
                                lines={k: v for k, v in lines.items() if v})
 

@@ -59,6 +59,9 @@ THROTTLE_BITS = {
 
 BAD_THROTTLE = ("hw_thermal", "hw_power_brake", "sw_power_cap", "hw_slowdown", "sw_thermal")
 """Reasons that mean the clocks are held back by heat or power, not by idleness or a setting."""
+SHARED_MIN_MIB = 1024.0
+"""A compute process holding at least this much of a GPU is a workload of its own: the few hundred MiB
+of a CUDA context that every rank opens on GPU 0 by mistake is not a second workload."""
 
 NVLINK_COUNTERS = (("replay", "NVML_NVLINK_ERROR_DL_REPLAY"), ("recovery", "NVML_NVLINK_ERROR_DL_RECOVERY"),
                    ("crc_flit", "NVML_NVLINK_ERROR_DL_CRC_FLIT"), ("crc_data", "NVML_NVLINK_ERROR_DL_CRC_DATA"))
@@ -432,6 +435,7 @@ class HealthTracker:
         pcie = _pcie_degraded(sample, idle)
         vol, agg = sample.ecc_volatile_uncorrected, sample.ecc_aggregate_uncorrected
         action = extra.get("recovery_action")
+        shared = workloads(extra.get("processes"))
         signatures = {
             "gpu_throttle": bad or None,
             "pcie_link_degraded": (pcie["reason"], sample.pcie_gen, sample.pcie_width) if pcie else None,
@@ -441,6 +445,7 @@ class HealthTracker:
             "retired_pages_pending": True if sample.retired_pending else None,
             "gpu_recovery_action": action if action and action.lower() not in ("none", "n/a") else None,
             "nvlink_error": sample.nvlink_errors or None,
+            "gpu_contention": tuple(sorted(p["pid"] for p in shared)) if len(shared) >= 2 else None,
         }
         out: list[Event] = []
         for kind, signature in signatures.items():
@@ -488,6 +493,11 @@ class HealthTracker:
             action = extra.get("recovery_action")
             return ("error", "gpu", f"{where} recovery action required: {action}",
                     {"action": action, "field": extra.get("recovery_field", "gpu_recovery_action")})
+        if kind == "gpu_contention":
+            shared = workloads(extra.get("processes"))
+            held = ", ".join(f"pid {p['pid']} {p['name'] or '?'} ({p['used_mib']:g} MiB)" for p in shared)
+            return ("warning", "scheduling", f"{where} shared by {len(shared)} compute processes: {held}",
+                    {"processes": shared, "count": len(shared)})
         return ("warning", "hardware", f"{where} NVLink error counters: {sample.nvlink_errors}",
                 {"total": sample.nvlink_errors, "links": extra.get("nvlink_errors") or {}})
 
@@ -522,6 +532,23 @@ class HealthTracker:
                                              sample.gpu),
                              line=sample.line))
         return out
+
+
+def workloads(processes: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The compute processes of one GPU's process list (nvidia-smi -q, the nvidia-smi table, NVML)
+    that hold SHARED_MIN_MIB or more, biggest first, as {pid, name, type, used_mib}."""
+    out = []
+    for proc in processes or []:
+        kind = str(proc.get("type") or "C").strip().upper()
+        used = proc.get("used_mib")
+        if used is None and proc.get("used_bytes") is not None:
+            used = proc["used_bytes"] / (1 << 20)
+        if proc.get("pid") is None or used is None or used < SHARED_MIN_MIB:
+            continue
+        if kind == "COMPUTE" or "C" in kind.split("+"):
+            out.append({"pid": proc["pid"], "name": proc.get("name"), "type": proc.get("type"),
+                        "used_mib": round(float(used), 1)})
+    return sorted(out, key=lambda p: (-p["used_mib"], p["pid"]))
 
 
 def event_gpu(key: str) -> str | None:

@@ -263,12 +263,15 @@ def _symptom_layer(row: dict[str, Any]) -> str:
 def _layers(playbook: Playbook, results: list[CheckResult], ranked: list[Candidate]) -> dict[str, Any]:
     """Per-layer verdicts. A check's own verdict is capped by how the engine judged its rows: rows
     that only feed background hypotheses (below LOW_SCORE) do not make a layer suspect, and the
-    checks behind a clear winner (the top hypothesis at TOP_FAULT or more) mark its layer a fault."""
+    checks behind a clear winner (the top hypothesis at TOP_FAULT or more) mark its layer a fault: the
+    winner's own layer, whichever layer the checks that found it belong to (a GPU shared by two jobs is
+    a scheduling fault seen in a CUDA OOM); those checks make their own layers only suspect."""
     best_of: dict[str, float] = {}
     for c in ranked:
         for row in c.rows:
             best_of[row["check"]] = max(best_of.get(row["check"], 0.0), c.score)
-    winners = {row["check"] for row in ranked[0].rows} if ranked and ranked[0].score >= TOP_FAULT else set()
+    winner = ranked[0] if ranked and ranked[0].score >= TOP_FAULT else None
+    winners = {row["check"] for row in winner.rows} if winner else set()
     chained = {row["check"] for c in _consequences(ranked[0]) for row in c.rows} if winners else set()
     out: dict[str, Any] = {}
     for plan in playbook.layers:
@@ -277,7 +280,7 @@ def _layers(playbook: Playbook, results: list[CheckResult], ranked: list[Candida
         for res in (r for r in results if r.check.layer == plan.layer):
             v = res.verdict
             if res.check.id in winners:
-                v = "fault"
+                v = "fault" if winner is not None and res.check.layer == winner.layer else "suspect"
             elif res.check.id in chained:
                 v = "suspect"  # a link in the winner's chain: not this layer's own fault, not clear either
             elif res.check.role == "cause" and res.rows:
@@ -290,6 +293,8 @@ def _layers(playbook: Playbook, results: list[CheckResult], ranked: list[Candida
             if _ORDER[v] > _ORDER[verdict]:
                 verdict = v
             findings.append({"check": res.check.id, "title": res.check.title, "rows": res.total})
+        if winner is not None and plan.layer == winner.layer:
+            verdict = "fault"
         out[plan.layer] = {"verdict": verdict, "findings": findings}
     for layer in LAYERS:
         out.setdefault(layer, {"verdict": "no_evidence", "findings": []})

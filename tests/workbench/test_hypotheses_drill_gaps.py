@@ -1,0 +1,139 @@
+"""Gaps the drill loop found in the analyzer, each pinned on evidence in its native format, ingested
+as a responder would hand it over: a socket connect to a container bridge is a misrouted
+interface, not a fabric fault; an admin's drain reason is a root cause of its own; an
+``nvidia-smi -q`` process list with two workloads on one GPU is contention on that GPU; and the
+layer verdicts follow the layer of a clear first hypothesis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workbench.analysis import analyze
+from workbench.bundle import Bundle
+from workbench.ingest import ingest_paths
+
+
+def analyse_files(tmp_path: Path, files: dict[str, str]) -> dict:
+    """Write ``files`` (path under raw/ -> text), ingest raw/ and analyse the bundle."""
+    raw = tmp_path / "raw"
+    for name, text in files.items():
+        path = raw / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    with Bundle.create(tmp_path / "bundle.duckdb", title="drill gap") as bundle:
+        ingest_paths(bundle, [str(raw)])
+    with Bundle.open(tmp_path / "bundle.duckdb") as bundle:
+        return analyze(bundle)
+
+
+def _perfquery(symbol_errors: int) -> str:
+    counters = [("PortSelect", "1"), ("CounterSelect", "0x0000"), ("SymbolErrorCounter", str(symbol_errors)),
+                ("LinkErrorRecoveryCounter", "0"), ("LinkDownedCounter", "0"), ("PortRcvErrors", "0"),
+                ("PortXmitDiscards", "0"), ("PortXmitData", "3739013981"), ("PortRcvData", "1386146433")]
+    return "# Port counters: Lid 191 port 1 (CapMask: 0x5300)\n" + "".join(
+        f"{name}:{'.' * (33 - len(name))}{value}\n" for name, value in counters)
+
+
+def _rank_log(host: str, rank: int, address: str, bridge: str) -> str:
+    pid = 4540 + rank * 7
+    return "\n".join([
+        f"2026-01-14 14:40:09,000 - INFO - [rank{rank}] torch.distributed initialized: world_size=8 backend=nccl",
+        f"{host}:{pid}:{pid} [{rank % 4}] NCCL INFO Bootstrap : Using ibp12s0:{address}<0>",
+        f"{host}:{pid}:{pid} [{rank % 4}] NCCL INFO NCCL version 2.21.5+cuda12.4",
+        f"{host}:{pid}:{pid} [{rank % 4}] NCCL INFO NET/Socket : Using [0]bond0:{address}<0> "
+        f"[1]br-53805828:{bridge}<0>",
+        f"{host}:{pid}:{pid + 131} [{rank % 4}] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
+        f"{bridge}<{33000 + rank}> failed : Software caused connection abort",
+        f"{host}:{pid}:{pid + 131} [{rank % 4}] NCCL INFO misc/socket.cc:565 -> 2",
+        f"[rank{rank}]: torch.distributed.DistBackendError: NCCL error in: "
+        "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with "
+        "NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+        "2026-01-14 14:40:10,000 - ERROR - training aborted", ""])
+
+
+def test_socket_connects_to_a_bridge_address_are_a_misconfigured_interface_not_fabric_errors(
+        tmp_path: Path) -> None:
+    """Every rank dialled the address NCCL listed on a container bridge; a few old symbol errors on
+    one host's port must not turn that into a fabric fault there."""
+    files = {"node22/perfquery.txt": _perfquery(9)}
+    for rank in range(8):
+        host, address = ("node22", "10.11.136.11") if rank < 4 else ("node23", "10.11.136.12")
+        files[f"{host}/rank{rank}.log"] = _rank_log(host, rank, address, "172.19.0.1")
+    result = analyse_files(tmp_path, files)
+    first = result["hypotheses"][0]
+    assert first["cause"] == "network_misconfigured", [(h["cause"], h["score"]) for h in result["hypotheses"]]
+    fabric = [h for h in result["hypotheses"] if h["cause"] == "network_fabric_errors"]
+    assert all("socketStartConnect" not in e["text"] for h in fabric for e in h["evidence"])
+    assert all(h["score"] < first["score"] / 2 for h in fabric)
+
+
+def _smi_gpu(bus: str, processes: list[tuple[int, str, int]]) -> str:
+    block = [f"GPU {bus}", "    Product Name                          : NVIDIA H100 80GB HBM3",
+             "    FB Memory Usage", "        Total                             : 81559 MiB",
+             f"        Used                              : {sum(p[2] for p in processes)} MiB",
+             "    Compute Mode                          : Default", "    Processes"]
+    for pid, name, used in processes:
+        block += ["        GPU instance ID                   : N/A",
+                  "        Compute instance ID               : N/A",
+                  f"        Process ID                        : {pid}",
+                  "            Type                          : C",
+                  f"            Name                          : {name}",
+                  f"            Used GPU Memory               : {used} MiB"]
+    return "\n".join(block) + "\n\n"
+
+
+def _smi_q(gpus: dict[str, list[tuple[int, str, int]]]) -> str:
+    head = "\n".join(["", "==============NVSMI LOG==============", "",
+                      "Timestamp                                 : Thu Apr 16 09:35:13 2026",
+                      "Driver Version                            : 550.90.07",
+                      "CUDA Version                              : 12.4", "",
+                      f"Attached GPUs                             : {len(gpus)}", ""])
+    return head + "".join(_smi_gpu(bus, procs) for bus, procs in gpus.items())
+
+
+def _vllm_refusals(device: int) -> str:
+    return "".join(
+        f"INFO 04-16 09:{minute}:03 api_server.py:585] vLLM API server version 0.6.3\n"
+        f"ERROR 04-16 09:{minute}:03 engine.py:158] ValueError: Free memory on device cuda:{device} (29.40/79.10 "
+        "GiB) on startup is less than desired GPU memory utilization (0.9, 71.19 GiB). Decrease GPU memory "
+        "utilization or reduce GPU memory used by other processes.\n" for minute in (30, 31, 32))
+
+
+SHARED_NODE = {
+    "0000:18:00.0": [(3882, "/usr/bin/python3", 71888), (3990, "python", 420)],
+    "0000:BA:00.0": [(8261, "/usr/bin/python3", 31384), (34118, "python", 47104)],
+}
+"""One serving GPU shared with a stray job's process; another GPU with its worker and a small stray
+CUDA context (a few hundred MiB: not a workload)."""
+
+
+def test_a_process_list_with_two_workloads_on_one_gpu_is_a_contention_event_on_that_gpu(tmp_path: Path) -> None:
+    analyse_files(tmp_path, {"gpu21/nvidia-smi-q.txt": _smi_q(SHARED_NODE)})
+    with Bundle.open(tmp_path / "bundle.duckdb") as bundle:
+        rows = bundle.con.execute("SELECT host, gpu, layer, attrs->>'count', message FROM event "
+                                  "WHERE kind = 'gpu_contention'").fetchall()
+    assert [r[:4] for r in rows] == [("gpu21", "0000:ba:00.0", "scheduling", "2")]
+    assert "34118" in rows[0][4] and "8261" in rows[0][4]
+
+
+def test_contention_evidence_names_the_gpu_and_makes_scheduling_the_faulty_layer(tmp_path: Path) -> None:
+    """The engine's refusal names ``cuda:3`` only; the process list names the GPU. The cause is a
+    scheduling one though a GPU-layer check saw it too: the layers say so."""
+    result = analyse_files(tmp_path, {"gpu21/nvidia-smi-q.txt": _smi_q(SHARED_NODE),
+                                      "gpu21/logs/vllm-mixtral-lxf49.log": _vllm_refusals(3)})
+    first = result["hypotheses"][0]
+    assert (first["cause"], first["host"], first["gpu"]) == ("gpu_contention", "gpu21", "0000:ba:00.0")
+    verdicts = {layer: v["verdict"] for layer, v in result["layers"].items()}
+    assert verdicts["scheduling"] == "fault"
+    assert [layer for layer, v in verdicts.items() if v == "fault"] == ["scheduling"]
+    assert {c["id"]: c["verdict"] for c in result["checks"]}["gpu_shared"] == "fault"
+
+
+def test_a_winner_found_only_by_another_layers_check_makes_its_own_layer_the_fault(tmp_path: Path) -> None:
+    """Only the serving engine's refusals (the GPU layer's CUDA-OOM check) point at contention."""
+    result = analyse_files(tmp_path, {"gpu21/logs/vllm-mixtral-lxf49.log": _vllm_refusals(3)})
+    first = result["hypotheses"][0]
+    assert first["cause"] == "gpu_contention"
+    verdicts = {layer: v["verdict"] for layer, v in result["layers"].items()}
+    assert verdicts["scheduling"] == "fault", (first["score"], verdicts)
+    assert verdicts["gpu"] == "suspect"
