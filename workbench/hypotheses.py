@@ -342,6 +342,8 @@ class Engine:
                     b.touch()
         live = [c for c in cands if not c.dropped and c.rows]
         for a in sorted(live, key=lambda c: (c.first_seen is None, c.first_seen or datetime.min)):
+            if a.peak < SIGNIFICANT:
+                continue  # background (a few old symbol errors) leads nowhere: it would steal the cause it "led to"
             for b in live:
                 if b is a or b.consequence_of is not None or b.cause not in self.causes[a.cause]["leads_to"]:
                     continue

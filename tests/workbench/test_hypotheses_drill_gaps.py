@@ -6,6 +6,8 @@ layer verdicts follow the layer of a clear first hypothesis."""
 
 from __future__ import annotations
 
+import os
+from datetime import datetime, timezone
 from pathlib import Path
 
 from workbench.analysis import analyze
@@ -13,13 +15,16 @@ from workbench.bundle import Bundle
 from workbench.ingest import ingest_paths
 
 
-def analyse_files(tmp_path: Path, files: dict[str, str]) -> dict:
-    """Write ``files`` (path under raw/ -> text), ingest raw/ and analyse the bundle."""
+def analyse_files(tmp_path: Path, files: dict[str, str], captured: datetime | None = None) -> dict:
+    """Write ``files`` (path under raw/ -> text), dated ``captured`` when given (what a snapshot
+    without a clock of its own is dated by), ingest raw/ and analyse the bundle."""
     raw = tmp_path / "raw"
     for name, text in files.items():
         path = raw / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
+        if captured is not None:
+            os.utime(path, (captured.timestamp(), captured.timestamp()))
     with Bundle.create(tmp_path / "bundle.duckdb", title="drill gap") as bundle:
         ingest_paths(bundle, [str(raw)])
     with Bundle.open(tmp_path / "bundle.duckdb") as bundle:
@@ -137,3 +142,49 @@ def test_a_winner_found_only_by_another_layers_check_makes_its_own_layer_the_fau
     verdicts = {layer: v["verdict"] for layer, v in result["layers"].items()}
     assert verdicts["scheduling"] == "fault", (first["score"], verdicts)
     assert verdicts["gpu"] == "suspect"
+
+
+DRAIN_CAPTURED = datetime(2026, 11, 22, 15, 1, 58, tzinfo=timezone.utc)
+"""When the responder took the evidence of the drained node: 27 minutes after the drain."""
+
+
+def _drained_node(reason: str) -> dict[str, str]:
+    """A job on hgx[49-51] that Slurm ends NODE_FAIL when hgx49 is set down with ``reason``; hgx49's
+    IB port shows five symbol errors in a perfquery taken after the incident (DRAIN_CAPTURED)."""
+    return {
+        "slurm/slurmctld.log": "\n".join([
+            "[2026-11-22T12:09:07.000] sched: Allocate JobId=85593 NodeList=hgx[49-51] #CPUs=96 Partition=gpu",
+            f"[2026-11-22T14:34:46.609] update_node: node hgx49 reason set to: {reason}",
+            "[2026-11-22T14:34:46.609] update_node: node hgx49 state set to DOWN",
+            "[2026-11-22T14:34:46.649] Killing JobId=85593 on failed node hgx49",
+            "[2026-11-22T14:45:07.748] _job_complete: JobId=85593 done", ""]),
+        "slurm/sacct.txt": "\n".join([
+            "JobID|JobName|Partition|Account|AllocCPUS|State|ExitCode|Start|End|NodeList",
+            "85593|vit-huge|gpu|ml-research|96|NODE_FAIL|0:0|2026-11-22T12:09:07|2026-11-22T14:45:07|hgx[49-51]",
+            "85593.0|torchrun||ml-research|96|CANCELLED|0:15|2026-11-22T12:09:07|2026-11-22T14:45:07|hgx[49-51]", ""]),
+        "hgx49/perfquery.txt": _perfquery(5),
+    }
+
+
+def test_an_admins_drain_reason_outranks_a_few_old_symbol_errors_on_the_drained_host(tmp_path: Path) -> None:
+    result = analyse_files(tmp_path, _drained_node("maintenance: BMC firmware update (ticket OPS-7640)"),
+                           DRAIN_CAPTURED)
+    first = result["hypotheses"][0]
+    assert (first["cause"], first["host"]) == ("node_drained", "hgx49"), \
+        [(h["cause"], h["score"]) for h in result["hypotheses"]]
+    fabric = [h for h in result["hypotheses"] if h["cause"] == "network_fabric_errors"]
+    assert all(not h["consequences"] for h in fabric)  # background symbol errors lead to nothing
+    verdicts = {layer: v["verdict"] for layer, v in result["layers"].items()}
+    assert verdicts["scheduling"] == "fault"
+    assert verdicts["network_storage"] != "fault"
+
+
+def test_a_health_checks_drain_reason_weighs_less_than_an_admins(tmp_path: Path) -> None:
+    """A health check's reason (NHC saw a GPU missing) is an echo of a fault one layer down: weaker
+    evidence of a root cause than planned work an admin wrote down."""
+    scores = {}
+    for name, reason in (("admin", "upgrading the BIOS, ticket OPS-1"),
+                         ("health", "NHC: GPU 0000:5d:00.0 missing (nvidia-smi: Unknown Error)")):
+        result = analyse_files(tmp_path / name, _drained_node(reason), DRAIN_CAPTURED)
+        scores[name] = next(h["explains"]["strength"] for h in result["hypotheses"] if h["cause"] == "node_drained")
+    assert scores["admin"] > scores["health"]
