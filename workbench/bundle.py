@@ -34,8 +34,18 @@ from collectors.base import (
 from workbench import schema
 from workbench.errors import GpuwbError
 
-CHUNK_BYTES = 4 << 20
-"""Raw bytes are stored in chunks so that a multi-GB log is streamed, never held whole."""
+CHUNK_BYTES = 64 << 10
+"""Raw bytes are stored in chunks so that a multi-GB log is streamed, never held whole. Small enough
+that ROW_GROUP_ROWS of them (128 MiB) fill a row group within one artifact: DuckDB writes a full row
+group of an open transaction to disk at once (optimistic writing), so storing a file of any size
+holds about one row group in memory. Bundles written with 4 MiB chunks read the same."""
+ROW_GROUP_ROWS = 2048
+"""Rows per DuckDB row group in a bundle opened for writing, the smallest DuckDB allows (the default
+122,880 rows of raw chunks would never fill, and the whole transaction would stay in memory)."""
+STORE_BATCH_CHUNKS = 64
+"""Chunks inserted (and read back) per statement: 4 MiB, not a query per 64 KiB chunk."""
+VERIFY_SMALL_BYTES = 4 << 20
+"""verify reads artifacts up to this size together with others (see VERIFY_GROUP_BYTES)."""
 VERIFY_GROUP_BYTES = 64 << 20
 """verify reads the chunks of small artifacts this many bytes at a time, one query for many instead of
 two per artifact: a 1,000-node merge holds thousands of small files."""
@@ -62,7 +72,9 @@ def now_utc() -> datetime:
 
 def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     try:
-        return duckdb.connect(str(path), read_only=read_only)
+        if read_only:
+            return duckdb.connect(str(path), read_only=True)
+        return _connect_writable(path)
     except duckdb.IOException as exc:
         text = str(exc)
         if "lock" in text.lower():
@@ -76,6 +88,21 @@ def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
         raise BundleError(f"cannot open bundle {path}: {text.splitlines()[0]}") from None
     except duckdb.Error as exc:
         raise BundleError(f"{path} is not a gpuwb bundle: {str(exc).splitlines()[0]}") from None
+
+
+def _connect_writable(path: Path) -> duckdb.DuckDBPyConnection:
+    """The bundle attached with small row groups (ROW_GROUP_ROWS) that are flushed one at a time: the
+    only way to give ATTACH's ROW_GROUP_SIZE, which is not a connect option. Memory then stays flat
+    however big the artifact (see CHUNK_BYTES)."""
+    con = duckdb.connect()
+    try:
+        con.execute(f"ATTACH ? AS bundle (ROW_GROUP_SIZE {ROW_GROUP_ROWS})", [str(path)])
+        con.execute("USE bundle")
+        con.execute("SET write_buffer_row_group_count = 1")
+    except BaseException:
+        con.close()
+        raise
+    return con
 
 
 class Bundle:
@@ -187,15 +214,12 @@ class Bundle:
             self.con.execute("BEGIN")
         try:
             while True:
-                block = stream.read(CHUNK_BYTES)
+                block = stream.read(CHUNK_BYTES * STORE_BATCH_CHUNKS)
                 if not block:
                     break
                 digest.update(block)
                 size += len(block)
-                stored, codec = _pack(block)
-                self.con.execute("INSERT INTO artifact_chunk VALUES (?, ?, ?, ?, ?)",
-                                 [aid, seq, stored, codec, len(block)])
-                seq += 1
+                seq = self._insert_chunks(aid, seq, block)
             sha = digest.hexdigest()
             existing = self._stored_id(sha)
             if existing is not None:
@@ -216,6 +240,20 @@ class Bundle:
             self._drop_chunks(aid, own)
             raise
         return sha, aid, True
+
+    def _insert_chunks(self, artifact_id: int, first_seq: int, block: bytes) -> int:
+        """``block`` as CHUNK_BYTES chunks from seq ``first_seq`` on, in one multi-row INSERT (an Arrow
+        batch would import pandas, ~90 MB); returns the next seq."""
+        params: list[Any] = []
+        seq = first_seq
+        for at in range(0, len(block), CHUNK_BYTES):
+            part = block[at:at + CHUNK_BYTES]
+            stored, codec = _pack(part)
+            params += [artifact_id, seq, stored, codec, len(part)]
+            seq += 1
+        self.con.execute("INSERT INTO artifact_chunk VALUES " + ", ".join(["(?, ?, ?, ?, ?)"] * (seq - first_seq)),
+                         params)
+        return seq
 
     def _stored_id(self, sha256: str) -> int | None:
         if not self._in_batch:
@@ -297,13 +335,14 @@ class Bundle:
         aid = artifact if isinstance(artifact, int) else self.find_artifact(artifact)
         if aid is None:
             raise BundleError(f"no artifact {artifact}")
-        seqs = self.con.execute(
-            "SELECT seq FROM artifact_chunk WHERE artifact_id = ? ORDER BY seq", [aid]).fetchall()
-        for (seq,) in seqs:
-            data, codec, raw_size = self.con.execute(
-                "SELECT data, codec, raw_size FROM artifact_chunk WHERE artifact_id = ? AND seq = ?",
-                [aid, seq]).fetchall()[0]
-            yield _unpack(data, codec, raw_size)
+        seqs = [seq for (seq,) in self.con.execute(
+            "SELECT seq FROM artifact_chunk WHERE artifact_id = ? ORDER BY seq", [aid]).fetchall()]
+        for at in range(0, len(seqs), STORE_BATCH_CHUNKS):
+            for data, codec, raw_size in self.con.execute(
+                    "SELECT data, codec, raw_size FROM artifact_chunk WHERE artifact_id = ? "
+                    "AND seq IN (SELECT unnest(?::INTEGER[])) ORDER BY seq",
+                    [aid, seqs[at:at + STORE_BATCH_CHUNKS]]).fetchall():
+                yield _unpack(data, codec, raw_size)
 
     def artifact_chunk_count(self, artifact_id: int) -> int:
         return self.con.execute("SELECT count(*) FROM artifact_chunk WHERE artifact_id = ?",
@@ -444,7 +483,7 @@ class Bundle:
         group: list[dict[str, Any]] = []
         size = 0
         for art in arts:
-            if (art["size"] or 0) > CHUNK_BYTES:
+            if (art["size"] or 0) > VERIFY_SMALL_BYTES:
                 yield from self._small_artifacts_with_bytes(group)
                 group, size = [], 0
                 yield art, self.artifact_bytes(art["id"])
