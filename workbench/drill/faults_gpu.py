@@ -76,8 +76,7 @@ def numeric_instability_training(job: Job) -> None:
             job.log(rank, f" [{d.fault:%Y-%m-%d %H:%M:%S}] iteration     8600/  100000 | consumed samples:      4403200 | elapsed time per iteration (ms): 1208.9 | learning rate: 3.000E-04 | global batch size:   512 | lm loss: nan | loss scale: 1.0 | grad norm: nan | number of skipped iterations:   0 | number of nan iterations:   1 |")
         host, dev = d.host_of(rank), rank % d.gpus_per_host
         job.log(rank, fmt.pylog(d.fault + timedelta(seconds=1, milliseconds=200 + rank), f"[rank{rank}] AssertionError: Rank {rank}: found NaN in local grad norm in backward pass before data-parallel communication collective. Device: {dev}, node: {host}", "ERROR"))
-    job.end = d.fault + timedelta(seconds=9)
-    d.detected = job.end
+    job.finish(d.fault + timedelta(seconds=9))
 
 
 @fault("driver_stack_mismatch", "training")
@@ -288,44 +287,41 @@ def gpu_runtime_misconfigured_inference(svc: Service) -> None:
     svc.effects.append(effect)
 
 
-def _engine_dead(error: str) -> list[str]:
-    """How vLLM 0.6's engine loop dies on a CUDA error: the error, then every request failing."""
-    return ["async_llm_engine.py:64] Engine background task failed", f"async_llm_engine.py:64] {error}",
-            "client.py:269] AsyncEngineDeadError: Background loop has errored already."]
+def _engine_dies(svc: Service, error: str) -> None:
+    """The victim's vLLM 0.6 engine loop dies of a CUDA ``error`` at the fault (the error, then every
+    request failing) and its container restarts."""
+    svc.d.title = f"{svc.model}: 5xx errors, a replica restarted"
+    svc.engine_log(svc.d.fault, "async_llm_engine.py:64] Engine background task failed", f"async_llm_engine.py:64] {error}",
+                   "client.py:269] AsyncEngineDeadError: Background loop has errored already.")
+    svc.replica_restarts()
 
 
 @fault("gpu_oom", "inference")
 def gpu_oom_inference(svc: Service) -> None:
     """One replica's engine runs out of GPU memory on a burst of long requests and dies; it restarts."""
     d = svc.d
-    d.title = f"{svc.model}: 5xx errors, a replica restarted"
-    svc.engine_log(d.fault, *_engine_dead(f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {d.rng.randint(2, 9)}.00 GiB. GPU {d.local} has a total capacity of 79.11 GiB of which {d.rng.randint(100, 900)}.50 MiB is free. Including non-PyTorch memory, this process has 78.{d.rng.randint(10, 90)} GiB memory in use. Of the allocated memory 76.02 GiB is allocated by PyTorch, and 1.12 GiB is reserved by PyTorch but unallocated."))
-    svc.replica_restarts()
+    _engine_dies(svc, f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {d.rng.randint(2, 9)}.00 GiB. GPU {d.local} has a total capacity of 79.11 GiB of which {d.rng.randint(100, 900)}.50 MiB is free. Including non-PyTorch memory, this process has 78.{d.rng.randint(10, 90)} GiB memory in use. Of the allocated memory 76.02 GiB is allocated by PyTorch, and 1.12 GiB is reserved by PyTorch but unallocated.")
 
 
 @fault("app_gpu_fault", "inference")
 def app_gpu_fault_inference(svc: Service) -> None:
     """A custom attention kernel of the release faults on one replica's GPU (Xid 13): illegal memory access, the engine dies."""
     d = svc.d
-    d.title = f"{svc.model}: 5xx errors, a replica restarted"
     d.place_gpu = True
     pid = d.rng.randint(2000, 9000)
     svc.kernel(d.culprit, d.fault - timedelta(milliseconds=300),
                f"NVRM: Xid (PCI:0000:{d.buses[d.local]}:00): 13, pid={pid}, name=python3, Graphics SM Warp Exception on (GPC {d.rng.randint(0, 7)}, TPC 1, SM 0): Out Of Range Address",
                f"NVRM: Xid (PCI:0000:{d.buses[d.local]}:00): 13, pid={pid}, name=python3, Graphics Exception: ESR 0x51e730=0x201000e 0x51e734=0x0 0x51e728=0x4c1eb72 0x51e72c=0x174")
-    svc.engine_log(d.fault, *_engine_dead("RuntimeError: CUDA error: an illegal memory access was encountered"))
-    svc.replica_restarts()
+    _engine_dies(svc, "RuntimeError: CUDA error: an illegal memory access was encountered")
 
 
 @fault("ecc_uncorrectable", "inference")
 def ecc_uncorrectable_inference(svc: Service) -> None:
     """An uncorrectable ECC error (Xid 94) on one replica's GPU kills its engine; a row remap is pending."""
     d = svc.d
-    d.title = f"{svc.model}: 5xx errors, a replica restarted"
     d.place_gpu = True
     bus = d.buses[d.local]
     svc.kernel(d.culprit, d.fault - timedelta(milliseconds=200),
                f"NVRM: Xid (PCI:0000:{bus}:00): 94, pid={d.rng.randint(2000, 9000)}, name=python3, Contained: CE User Channel (0x9). RST: No, D-RST: No",
                f"NVRM: Xid (PCI:0000:{bus}:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row (0x0000000000a1{d.rng.randint(0, 0xfff):03x}c0) Marked for Remapping, reset gpu to activate.")
-    svc.engine_log(d.fault, *_engine_dead("RuntimeError: CUDA error: uncorrectable ECC error encountered"))
-    svc.replica_restarts()
+    _engine_dies(svc, "RuntimeError: CUDA error: uncorrectable ECC error encountered")

@@ -99,8 +99,7 @@ def _throttle(job: Job, reason: str, temp: int, power: float, clock: int) -> Non
                 row["sw_thermal"] = "Active"
     job.samples = edit
     job.state, job.exit_code = "TIMEOUT", "0:0"
-    job.end = d.fault + timedelta(hours=d.rng.randint(2, 4), minutes=d.rng.randint(0, 59))
-    d.detected = job.end
+    job.finish(d.fault + timedelta(hours=d.rng.randint(2, 4), minutes=d.rng.randint(0, 59)))
     d.add(f"slurm/job-{d.job}.err", f"slurmstepd: error: *** JOB {d.job} ON {d.hosts[0]} CANCELLED AT {job.end:%Y-%m-%dT%H:%M:%S} DUE TO TIME LIMIT ***")
 
 

@@ -46,8 +46,7 @@ def network_misconfigured_training(job: Job) -> None:
                 f"{host}:{pid}:{pid + 131} [{dev}] NCCL INFO misc/socket.cc:565 -> 2",
                 f"[rank{rank}]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
                 f"[rank{rank}]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.")
-    job.end = d.fault + timedelta(seconds=4)
-    d.detected = job.end
+    job.finish(d.fault + timedelta(seconds=4))
 
 
 @fault("storage_stall", "training")

@@ -23,8 +23,7 @@ def preemption_training(job: Job) -> None:
                       (d.fault, f"preempted JobId={d.job} has been killed to reclaim resources for JobId={other}"),
                       (d.fault + timedelta(seconds=1), f"sched: Allocate JobId={other} NodeList={d.hostlist()} #CPUs={32 * len(d.hosts)} Partition=gpu")]
     job.state, job.exit_code = "PREEMPTED", "0:15"
-    job.end = d.fault + timedelta(seconds=1)
-    d.detected = job.end
+    job.finish(d.fault + timedelta(seconds=1))
 
 
 @fault("job_time_limit", "training")
@@ -34,8 +33,7 @@ def job_time_limit_training(job: Job) -> None:
     d.title = f"Job {d.job} was cancelled"
     d.place_host = False
     job.state, job.exit_code = "TIMEOUT", "0:0"
-    job.end = d.fault
-    d.detected = job.end
+    job.finish(d.fault)
     d.add(f"slurm/job-{d.job}.err", f"slurmstepd: error: *** JOB {d.job} ON {d.hosts[0]} CANCELLED AT {d.fault:%Y-%m-%dT%H:%M:%S} DUE TO TIME LIMIT ***")
 
 
@@ -106,17 +104,7 @@ def pod_eviction_inference(svc: Service) -> None:
     svc.event(d.fault, "Evicted",
               f"The node was low on resource: ephemeral-storage. Threshold quantity: 21913043992, available: {d.rng.randint(9, 20)}912Ki. Container vllm was using {d.rng.randint(90, 180)}Gi, request is 0, has larger consumption of ephemeral-storage.",
               obj=pod, node=node)
-    svc.event(d.fault + timedelta(seconds=1), "Killing", "Stopping container vllm", obj=pod, node=node, typ="Normal")
-
-    def effect(p: int, t: datetime, s: dict[str, float]) -> None:
-        if t < d.fault:
-            return
-        if p == svc.victim:
-            s["up"] = 0.0
-            return
-        svc.absorb(s)
-        s["fail"] = 0.03
-    svc.effects.append(effect)
+    svc.replica_stopped(fail=0.03)
 
 
 @fault("host_oom_kill", "inference")
@@ -142,13 +130,4 @@ def preemption_inference(svc: Service) -> None:
     pod, node = svc.pods[svc.victim], d.culprit
     svc.event(d.fault, "Preempted", f"Preempted by pod {d.rng.randint(0, 0xffffffff):08x}-4c1e-9a53-{d.job:012d} on node {node}",
               obj=pod, node=node, component="default-scheduler")
-    svc.event(d.fault + timedelta(seconds=1), "Killing", "Stopping container vllm", obj=pod, node=node, typ="Normal")
-
-    def effect(p: int, t: datetime, s: dict[str, float]) -> None:
-        if t < d.fault:
-            return
-        if p == svc.victim:
-            s["up"] = 0.0
-        else:
-            svc.absorb(s)
-    svc.effects.append(effect)
+    svc.replica_stopped()

@@ -107,6 +107,23 @@ class Service:
                 s["restart"] = 1.0
         self.effects.append(effect)
 
+    def replica_stopped(self, fail: float | None = None) -> None:
+        """The kubelet stops the victim's container a second after the fault and it stays gone; the other
+        replicas take its load (failing ``fail`` of their requests, if given)."""
+        d, pod = self.d, self.pods[self.victim]
+        self.event(d.fault + timedelta(seconds=1), "Killing", "Stopping container vllm", obj=pod, node=d.culprit, typ="Normal")
+
+        def effect(p: int, t: datetime, s: dict[str, float]) -> None:
+            if t < d.fault:
+                return
+            if p == self.victim:
+                s["up"] = 0.0
+                return
+            self.absorb(s)
+            if fail is not None:
+                s["fail"] = fail
+        self.effects.append(effect)
+
     def ramp(self, t: datetime, delay_s: float = 0.0, over_s: float = 60.0) -> float:
         """0 before the fault (plus ``delay_s``), rising to 1 over ``over_s`` seconds."""
         return max(0.0, min(1.0, ((t - self.d.fault).total_seconds() - delay_s) / over_s))

@@ -89,6 +89,10 @@ class Job:
         self.hang_at = when
         self.dead_ranks |= dead if dead is not None else {self.d.rank}
 
+    def finish(self, when: datetime) -> None:
+        """The job ends at ``when`` without a hang (no watchdog to wait for); its end is what gets noticed."""
+        self.end = self.d.detected = when
+
     def drain(self, host: str, when: datetime, reason: str, state: str = "DRAINING") -> None:
         self.slurmctld += [(when, f"update_node: node {host} reason set to: {reason}"),
                            (when, f"update_node: node {host} state set to {state}")]
