@@ -276,15 +276,7 @@ def gpu_runtime_misconfigured_inference(svc: Service) -> None:
     svc.event(d.fault + timedelta(seconds=90), "FailedScheduling",
               f"0/{len(svc.pods) + 4} nodes are available: 1 Insufficient nvidia.com/gpu, {len(svc.pods) + 3} node(s) didn't match Pod's node affinity/selector.",
               obj=pod, component="default-scheduler", count=9)
-
-    def effect(p: int, t: datetime, s: dict[str, float]) -> None:
-        if t < d.fault:
-            return
-        if p == svc.victim:
-            s["up"] = 0.0
-            return
-        svc.absorb(s)
-    svc.effects.append(effect)
+    svc.replica_gone()
 
 
 def _engine_dies(svc: Service, error: str) -> None:

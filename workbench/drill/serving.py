@@ -108,10 +108,16 @@ class Service:
         self.effects.append(effect)
 
     def replica_stopped(self, fail: float | None = None) -> None:
-        """The kubelet stops the victim's container a second after the fault and it stays gone; the other
-        replicas take its load (failing ``fail`` of their requests, if given)."""
-        d, pod = self.d, self.pods[self.victim]
-        self.event(d.fault + timedelta(seconds=1), "Killing", "Stopping container vllm", obj=pod, node=d.culprit, typ="Normal")
+        """The kubelet stops the victim's container a second after the fault and it stays gone."""
+        d = self.d
+        self.event(d.fault + timedelta(seconds=1), "Killing", "Stopping container vllm", obj=self.pods[self.victim],
+                   node=d.culprit, typ="Normal")
+        self.replica_gone(fail)
+
+    def replica_gone(self, fail: float | None = None) -> None:
+        """From the fault on the victim serves nothing; the other replicas take its load (failing ``fail``
+        of their requests, if given)."""
+        d = self.d
 
         def effect(p: int, t: datetime, s: dict[str, float]) -> None:
             if t < d.fault:
