@@ -93,7 +93,7 @@ def analyze(bundle: Bundle, workload: str | None = None) -> dict[str, Any]:
         "window": {"start": iso(window[0]), "end": iso(window[1])},
         "first_anomaly": _first_anomaly(top, results, groups, window),
         "hypotheses": hypotheses,
-        "layers": _layers(playbook, results, ranked),
+        "layers": _layers(playbook, results, ranked, groups),
         "playbook": {"workload": playbook.workload, "title": playbook.title},
         "workload_signals": signals,
         "clock_offsets": offsets,
@@ -260,17 +260,22 @@ def _symptom_layer(row: dict[str, Any]) -> str:
                                               "queue_backlog") else "scheduling"
 
 
-def _layers(playbook: Playbook, results: list[CheckResult], ranked: list[Candidate]) -> dict[str, Any]:
+def _layers(playbook: Playbook, results: list[CheckResult], ranked: list[Candidate], groups: list) -> dict[str, Any]:
     """Per-layer verdicts. A check's own verdict is capped by how the engine judged its rows: rows
     that only feed background hypotheses (below LOW_SCORE) do not make a layer suspect, and the
-    checks behind a clear winner (the top hypothesis at TOP_FAULT or more) mark its layer a fault: the
-    winner's own layer, whichever layer the checks that found it belong to (a GPU shared by two jobs is
-    a scheduling fault seen in a CUDA OOM); those checks make their own layers only suspect."""
+    checks behind a clear winner mark its layer a fault. The winner is clear at TOP_FAULT or more, or
+    as the root cause (LOW_SCORE or more) that explains every symptom there is: one replica of a
+    serving fleet whose GPU failed explains the survivors' latency, yet scores low because which node
+    a pod seen only in its metrics ran on is unknown. The fault goes to the winner's own layer,
+    whichever layer the checks that found it belong to (a GPU shared by two jobs is a scheduling
+    fault seen in a CUDA OOM); those checks make their own layers only suspect."""
     best_of: dict[str, float] = {}
     for c in ranked:
         for row in c.rows:
             best_of[row["check"]] = max(best_of.get(row["check"], 0.0), c.score)
-    winner = ranked[0] if ranked and ranked[0].score >= TOP_FAULT else None
+    top = ranked[0] if ranked and ranked[0].score >= LOW_SCORE else None
+    explains_all = top is not None and bool(groups) and all(g.explained_by is top for g in groups)
+    winner = top if top is not None and (top.score >= TOP_FAULT or explains_all) else None
     winners = {row["check"] for row in winner.rows} if winner else set()
     chained = {row["check"] for c in _consequences(ranked[0]) for row in c.rows} if winners else set()
     out: dict[str, Any] = {}

@@ -6,11 +6,13 @@ layer verdicts follow the layer of a clear first hypothesis."""
 
 from __future__ import annotations
 
+import io
 import os
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from workbench.analysis import analyze
+from collectors.base import Event
+from workbench.analysis import TOP_FAULT, analyze
 from workbench.bundle import Bundle
 from workbench.ingest import ingest_paths
 
@@ -188,3 +190,55 @@ def test_a_health_checks_drain_reason_weighs_less_than_an_admins(tmp_path: Path)
         result = analyse_files(tmp_path / name, _drained_node(reason), DRAIN_CAPTURED)
         scores[name] = next(h["explains"]["strength"] for h in result["hypotheses"] if h["cause"] == "node_drained")
     assert scores["admin"] > scores["health"]
+
+
+OOM_AT = datetime(2026, 1, 18, 10, 6, 56)
+
+
+def _serving_fleet(tmp_path: Path, extra: tuple[Event, ...] = ()) -> dict:
+    """One vLLM replica on hgx11 runs its GPU out of memory and restarts; the two surviving pods,
+    seen only in their metrics (which node they run on is unknown), queue its load."""
+    rows = [Event(kind="cuda_error", ts=OOM_AT, ts_origin="iso", host="hgx11", layer="gpu", severity="error",
+                  source="vllm", line=1, attrs={"oom": True, "total_capacity_mib": 81008.64, "free_mib": 388.5,
+                                                "process_in_use_mib": 80056.32},
+                  message="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB. GPU 1 has a "
+                          "total capacity of 79.11 GiB of which 388.50 MiB is free.")]
+    for n, pod in enumerate(("vllm-meta-2gxb6", "vllm-meta-wxxh6"), start=2):
+        for kind in ("latency_spike", "queue_backlog"):
+            rows.append(Event(kind=kind, ts=OOM_AT + timedelta(seconds=16), ts_origin="derived", host=pod,
+                              layer="business", severity="warning", line=n, source="series",
+                              message=f"{kind} on {pod}"))
+    path = tmp_path / "fleet.duckdb"
+    bundle = Bundle.create(path, title="one replica's GPU out of memory")
+    sha, _, _ = bundle.add_artifact(io.BytesIO(b"serving fleet"), kind="synthetic", source="fleet.txt",
+                                    collector="vllm")
+    writer = bundle.writer(sha)
+    for row in [*rows, *extra]:
+        writer.add(row)
+    writer.flush()
+    bundle.seal()
+    bundle.close()
+    with Bundle.open(path) as opened:
+        return analyze(opened, workload="inference")
+
+
+def test_one_replicas_gpu_fault_that_explains_every_symptom_is_a_gpu_layer_fault(tmp_path: Path) -> None:
+    """The replica's OOM scores under TOP_FAULT (the survivors' pods cannot be placed) but it is the
+    root cause of all the fleet shows: the GPU layer is at fault there."""
+    result = _serving_fleet(tmp_path)
+    first = result["hypotheses"][0]
+    assert (first["cause"], first["host"]) == ("gpu_oom", "hgx11")
+    assert first["score"] < TOP_FAULT
+    assert first["explains"]["symptom_groups"] == first["explains"]["of"] == 4
+    verdicts = {layer: v["verdict"] for layer, v in result["layers"].items()}
+    assert [layer for layer, v in verdicts.items() if v == "fault"] == ["gpu"]
+
+
+def test_a_weak_root_cause_that_leaves_a_symptom_unexplained_keeps_its_layer_suspect(tmp_path: Path) -> None:
+    failed = Event(kind="job_failed", ts=OOM_AT + timedelta(minutes=1), ts_origin="iso", host="cpu07",
+                   layer="scheduling", severity="error", line=9, source="slurm", message="batch job on cpu07 failed")
+    result = _serving_fleet(tmp_path, (failed,))
+    first = result["hypotheses"][0]
+    assert first["cause"] == "gpu_oom" and first["score"] < TOP_FAULT
+    assert first["explains"]["symptom_groups"] < first["explains"]["of"]
+    assert result["layers"]["gpu"]["verdict"] == "suspect"

@@ -23,7 +23,7 @@ CAUSE_FLOOR = 33
 """Causes of the catalog all of whose drills analyse back to them."""
 GPU_FLOOR = 42
 """Of the drills whose truth names a GPU, those whose first hypothesis names the same PCI bus id."""
-LAYER_FLOOR = 108
+LAYER_FLOOR = 117
 """Drills whose analysis calls the truth's layer a fault (the layer verdict the scorecard expects)."""
 
 
