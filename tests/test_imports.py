@@ -95,6 +95,34 @@ def test_the_capture_code_path_loads_no_tui_report_or_analysis_library():
     assert loaded_after(code, CAPTURE_MUST_NOT_LOAD) == []
 
 
+PARSER_MUST_NOT_LOAD = ("duckdb", "pyarrow", "numpy", "pandas", "jinja2", "yaml", "textual")
+PARSER_MUST_NOT_LOAD_MODULES = ("workbench.bundle", "workbench.analysis", "workbench.report", "workbench.history",
+                                "workbench.ingest", "workbench.capture", "workbench.merge", "workbench.query")
+
+
+def test_building_the_parser_loads_no_bundle_storage_or_analysis():
+    """``gpuwb --help``, ``--version`` and every ``gpuwb CMD --help`` only build the parser: each command
+    imports what its run() needs when it runs, so the fixed cost of every command stays small."""
+    code = ("import contextlib, io\n"
+            "from workbench.cli import build_parser, main\n"
+            "build_parser()\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+            "    main(['ingest', '--help'])\n"
+            f"print(json.dumps(sorted(set(sys.modules) & set({list(PARSER_MUST_NOT_LOAD_MODULES)!r}))))\n")
+    assert loaded_after(code, PARSER_MUST_NOT_LOAD) == []
+    probe = subprocess.run([sys.executable, "-c", f"import json, sys\n{code}"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+    assert json.loads(probe.stdout.strip().splitlines()[-1]) == []
+
+
+def test_the_report_command_offers_the_formats_the_report_writes():
+    """The command spells the formats out so that its parser does not load workbench.report."""
+    from workbench.commands.report import FORMATS
+    from workbench.report import FORMATS as WRITTEN
+
+    assert FORMATS == WRITTEN
+
+
 def test_a_capture_run_loads_no_tui_or_report_library(tmp_path):
     """A whole capture (one collector, written, sealed and summarised). pandas is not watched here:
     pyarrow imports it by itself on its first ``pa.array`` call when it is installed."""

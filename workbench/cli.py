@@ -17,8 +17,6 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-import duckdb
-
 import workbench.commands
 from workbench import __version__
 from workbench.errors import GpuwbError
@@ -79,20 +77,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # the file system said no (missing folder, permission, disk full): one line
         print(f"gpuwb: error: {printable(_os_message(exc))}", file=sys.stderr)
         return 2
-    except (duckdb.IOException, duckdb.OutOfMemoryException, duckdb.TransactionException) as exc:
-        # the same from inside DuckDB: a full disk shows up as a commit that could not write its log
-        print(f"gpuwb: error: the bundle could not be written or read: {printable(str(exc).splitlines()[0])}",
-              file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("gpuwb: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # a bug: say so in one line, keep the traceback for the bug report
+    except Exception as exc:
+        if _is_storage_error(exc):  # the OSError case from inside DuckDB: a full disk fails a commit's log
+            print(f"gpuwb: error: the bundle could not be written or read: {printable(str(exc).splitlines()[0])}",
+                  file=sys.stderr)
+            return 2
+        # a bug: say so in one line, keep the traceback for the bug report
         saved = _save_traceback(exc, argv if argv is not None else sys.argv[1:])
         where = f"traceback saved to {saved}" if saved else "the traceback could not be saved"
         message = printable((str(exc).splitlines() or [""])[0])
         print(f"gpuwb: internal error: {type(exc).__name__}: {message} ({where})", file=sys.stderr)
         return EX_SOFTWARE
+
+
+def _is_storage_error(exc: Exception) -> bool:
+    """DuckDB could not write or read the bundle. Looked up in sys.modules, not imported: commands that
+    never open a bundle (--help, --version, capture's parser) must not pay for loading DuckDB."""
+    duckdb = sys.modules.get("duckdb")
+    return duckdb is not None and isinstance(
+        exc, (duckdb.IOException, duckdb.OutOfMemoryException, duckdb.TransactionException))
 
 
 def traceback_dirs() -> list[Path]:

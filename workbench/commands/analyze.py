@@ -7,11 +7,13 @@ import argparse
 import json
 import sys
 import textwrap
+from typing import TYPE_CHECKING
 
-from workbench.bundle import Bundle
 from workbench.commands._args import positive_int
-from workbench.findings import Analysis, iso
 from workbench.table import printable
+
+if TYPE_CHECKING:
+    from workbench.findings import Analysis
 
 NAME = "analyze"
 HELP = "playbook checks and ranked root-cause hypotheses"
@@ -34,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from workbench.analysis import analyze  # deferred: keeps `gpuwb --help` fast
     from workbench.baseline import analysis_drift
     from workbench.baseline import load as load_baseline
+    from workbench.bundle import Bundle
+    from workbench.findings import Analysis
     from workbench.history import History, history_dir
 
     history = history_dir(args.history)
@@ -57,6 +61,8 @@ _MARK = {"fault": "FAULT", "suspect": "suspect", "clear": "clear", "no_evidence"
 
 def render(result: Analysis, *, top: int = 5) -> str:
     """The analysis as a responder reads it in a terminal."""
+    from workbench.findings import iso
+
     out: list[str] = []
     start, end = result.window
     out.append(f"Workload: {result.workload} ({result.playbook_title}), impact: {result.impact}; "

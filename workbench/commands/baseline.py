@@ -7,11 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from workbench import baseline
-from workbench.baseline import Comparison
-from workbench.bundle import Bundle
 from workbench.table import printable
+
+if TYPE_CHECKING:
+    from workbench.baseline import Comparison
 
 NAME = "baseline"
 HELP = "save a node's accepted state; show drift from it"
@@ -34,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from workbench import baseline
+    from workbench.bundle import Bundle
+
     if args.action == "save":
         with Bundle.open(args.bundle) as bundle:
             doc = baseline.save(bundle, args.output, host=args.host, source=str(args.bundle))

@@ -10,14 +10,16 @@ import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from collectors import registry
-from workbench.capture import CollectorOutcome, capture
 from workbench.commands._args import positive_float
-from workbench.commands._summary import print_summary
 from workbench.errors import UsageError
 from workbench.table import format_table
 from workbench.timespec import parse_since
+
+if TYPE_CHECKING:
+    from workbench.capture import CollectorOutcome
 
 NAME = "capture"
 HELP = "capture evidence on this host into a bundle"
@@ -42,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from workbench.capture import capture
+    from workbench.commands._summary import print_summary
+
     since = parse_since(args.since)
     output = Path(args.output or f"incident-{_hostname()}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.duckdb")
     if output.exists():

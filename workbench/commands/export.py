@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from workbench.bundle import Bundle
 from workbench.errors import UsageError
-from workbench.export import export_parquet, incident_key, read_back_counts
 from workbench.table import format_table
 
 NAME = "export"
@@ -25,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from workbench.bundle import Bundle
+    from workbench.export import export_parquet, incident_key, read_back_counts
+
     target = Path(args.parquet)
     if target.exists() and not target.is_dir():
         raise UsageError(f"--parquet {target} is a file; the export writes a folder of Parquet files")

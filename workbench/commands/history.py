@@ -7,14 +7,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime
+from typing import TYPE_CHECKING
 
-from workbench.bundle import Bundle, BundleError
 from workbench.commands._args import positive_int
 from workbench.errors import UsageError
-from workbench.history import History, Offender, date_of, history_dir, least_incidents, record_of, xid_text
 from workbench.table import printable
 from workbench.timespec import parse_since
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from workbench.history import History, Offender
 
 NAME = "history"
 HELP = "incident history across bundles: add incidents, list repeat offenders"
@@ -33,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from workbench.history import History, history_dir, least_incidents
+
     directory = history_dir(args.history)
     if not directory:
         raise UsageError("no history folder: give --history DIR or set GPUWB_HISTORY")
@@ -59,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _add(history: History, bundles: list[str]) -> int:
     """One line per bundle; a bundle that cannot be read is named and the others are still filed."""
+    from workbench.bundle import Bundle, BundleError
+    from workbench.history import date_of, record_of
+
     failed = 0
     for path in bundles:
         try:
@@ -76,6 +84,8 @@ def _add(history: History, bundles: list[str]) -> int:
 
 def render(offenders: list[Offender], *, total: int, least: int, since: datetime | None = None) -> str:
     """Repeat offenders as a responder reads them: the GPU or host, then one line per incident."""
+    from workbench.history import date_of, xid_text
+
     window = f" since {since:%Y-%m-%d %H:%M}" if since else ""
     if not offenders:
         return f"No GPU or host is a culprit in {least} or more incidents{window} ({total} in the history).\n"

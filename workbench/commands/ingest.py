@@ -8,8 +8,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from workbench.bundle import Bundle
-from workbench.ingest import STORED, check_inputs, ingest_paths
 from workbench.table import format_table, printable
 from workbench.timespec import parse_instant
 
@@ -28,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from workbench.bundle import Bundle
+    from workbench.ingest import STORED, check_inputs, ingest_paths
+
     boot = parse_instant(args.boot_time) if args.boot_time else None
     check_inputs(args.paths, args.kind)  # before open_or_create: a mistyped path leaves no empty bundle
     with Bundle.open_or_create(args.bundle, title=args.title) as bundle:

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from workbench.errors import UsageError
-from workbench.merge import MergeResult, merge_bundles, merge_into
+
+if TYPE_CHECKING:
+    from workbench.merge import MergeResult
 
 NAME = "merge"
 HELP = "combine per-node bundles into one incident"
@@ -23,6 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from workbench.merge import merge_bundles, merge_into
+
     bundles = ([args.out] if args.out else []) + args.bundles
     if args.into:
         if args.title:

@@ -11,7 +11,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from workbench.bundle import Bundle
 from workbench.errors import UsageError
 
 NAME = "open"
@@ -57,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     path, ingest = bundle_for(args.paths, args.bundle)
     accepted = load_baseline(args.baseline) if args.baseline else None  # a bad file is refused before any ingest
     if ingest:
+        from workbench.bundle import Bundle
         from workbench.ingest import check_inputs, ingest_paths
 
         check_inputs(args.paths, None)

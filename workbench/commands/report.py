@@ -9,13 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from workbench import isolation
-from workbench.baseline import load as load_baseline
-from workbench.bundle import Bundle
 from workbench.errors import UsageError
-from workbench.history import History, history_dir
-from workbench.report import FORMATS, build, render
-from workbench.rules_test import rule_files, test_file_name
 from workbench.table import printable
 from workbench.timespec import parse_instant
 
@@ -23,6 +17,8 @@ NAME = "report"
 HELP = "write the postmortem (Markdown, HTML or JSON)"
 
 _BY_SUFFIX = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".json": "json"}
+FORMATS = tuple(dict.fromkeys(_BY_SUFFIX.values()))
+"""workbench.report's formats, spelled here so that building the parser does not load the report."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +51,13 @@ def output_format(fmt: str | None, output: str | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from workbench import isolation
+    from workbench.baseline import load as load_baseline
+    from workbench.bundle import Bundle
+    from workbench.history import History, history_dir
+    from workbench.report import build, render
+    from workbench.rules_test import rule_files, test_file_name
+
     fmt = output_format(args.format, args.output)
     at = parse_instant(args.generated_at) if args.generated_at else None
     if args.output:

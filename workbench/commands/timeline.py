@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from collectors.vocabulary import LAYERS
-from workbench.bundle import Bundle
 from workbench.commands._args import non_negative_int
-from workbench.query import EventFilter, event_json, iter_events
 from workbench.table import printable
 from workbench.timespec import parse_instant
+
+if TYPE_CHECKING:
+    from workbench.bundle import Bundle
+    from workbench.query import EventFilter
 
 NAME = "timeline"
 HELP = "print the merged event timeline"
@@ -33,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def filter_from(args: argparse.Namespace) -> EventFilter:
+    from workbench.query import EventFilter
+
     return EventFilter(hosts=tuple(args.host), sources=tuple(args.source), layers=tuple(args.layer),
                        kinds=tuple(args.kind), severities=tuple(args.severity), text=args.grep,
                        since=parse_instant(args.since) if args.since else None,
@@ -40,6 +45,9 @@ def filter_from(args: argparse.Namespace) -> EventFilter:
 
 
 def run(args: argparse.Namespace) -> int:
+    from workbench.bundle import Bundle
+    from workbench.query import event_json, iter_events
+
     flt = filter_from(args)
     out = sys.stdout
     with Bundle.open(args.bundle) as bundle:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from workbench.bundle import Bundle
 from workbench.table import printable
 
 NAME = "verify"
@@ -16,6 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from workbench.bundle import Bundle
+
     with Bundle.open(args.bundle) as bundle:
         problems = bundle.verify()
         seal = bundle.last_seal()
