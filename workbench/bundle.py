@@ -42,8 +42,15 @@ holds about one row group in memory. Bundles written with 4 MiB chunks read the 
 ROW_GROUP_ROWS = 2048
 """Rows per DuckDB row group in a bundle opened for writing, the smallest DuckDB allows (the default
 122,880 rows of raw chunks would never fill, and the whole transaction would stay in memory)."""
+STORED_CHUNK_BYTES = 32 << 10
+"""What a compressed chunk should hold at least: DuckDB 2.0 keeps BLOBs under ~16 KiB of an open
+transaction in memory even once their row group is written, so a log that zstd shrinks 9x is cut into
+chunks of a few hundred KiB (raw) instead. Incompressible bytes stay at CHUNK_BYTES."""
+MAX_CHUNK_BYTES = 1 << 20
+STORE_BATCH_BYTES = 4 << 20
+"""Raw bytes read and inserted per statement, not a query per chunk."""
 STORE_BATCH_CHUNKS = 64
-"""Chunks inserted (and read back) per statement: 4 MiB, not a query per 64 KiB chunk."""
+"""Chunks read back per query."""
 VERIFY_SMALL_BYTES = 4 << 20
 """verify reads artifacts up to this size together with others (see VERIFY_GROUP_BYTES)."""
 VERIFY_GROUP_BYTES = 64 << 20
@@ -214,7 +221,7 @@ class Bundle:
             self.con.execute("BEGIN")
         try:
             while True:
-                block = stream.read(CHUNK_BYTES * STORE_BATCH_CHUNKS)
+                block = stream.read(STORE_BATCH_BYTES)
                 if not block:
                     break
                 digest.update(block)
@@ -242,15 +249,20 @@ class Bundle:
         return sha, aid, True
 
     def _insert_chunks(self, artifact_id: int, first_seq: int, block: bytes) -> int:
-        """``block`` as CHUNK_BYTES chunks from seq ``first_seq`` on, in one multi-row INSERT (an Arrow
-        batch would import pandas, ~90 MB); returns the next seq."""
+        """``block`` as chunks from seq ``first_seq`` on, in one multi-row INSERT (an Arrow batch would
+        import pandas, ~90 MB); returns the next seq. The first chunk is CHUNK_BYTES; how well it
+        compressed sizes the next (see STORED_CHUNK_BYTES)."""
         params: list[Any] = []
         seq = first_seq
-        for at in range(0, len(block), CHUNK_BYTES):
-            part = block[at:at + CHUNK_BYTES]
+        at = 0
+        step = CHUNK_BYTES
+        while at < len(block):
+            part = block[at:at + step]
             stored, codec = _pack(part)
             params += [artifact_id, seq, stored, codec, len(part)]
             seq += 1
+            at += len(part)
+            step = _next_chunk_bytes(len(part), len(stored))
         self.con.execute("INSERT INTO artifact_chunk VALUES " + ", ".join(["(?, ?, ?, ?, ?)"] * (seq - first_seq)),
                          params)
         return seq
@@ -583,6 +595,13 @@ def _named(art: dict[str, Any]) -> str:
     return f"{art['sha256']} ({art['kind']} {art['source']}, host {art['host'] or '-'})"
 
 
+def _next_chunk_bytes(raw: int, stored: int) -> int:
+    """Raw bytes for the next chunk so that it stores about STORED_CHUNK_BYTES, in CHUNK_BYTES steps."""
+    wanted = raw * STORED_CHUNK_BYTES // max(stored, 1)
+    steps = -(-wanted // CHUNK_BYTES)
+    return min(MAX_CHUNK_BYTES, max(CHUNK_BYTES, steps * CHUNK_BYTES))
+
+
 def _pack(block: bytes) -> tuple[bytes, str | None]:
     """zstd at ~800 MB/s shrinks logs ~9x, so a 1 GB log costs DuckDB a ninth of the memory and
     time; blocks that do not shrink are kept as they are."""
@@ -619,6 +638,9 @@ class RowWriter:
     """Fewer rows (all but a full batch) go in as DuckDB list parameters: 2.6x slower per row than Arrow,
     but Arrow's first array imports pandas (~0.5 s), which a log with fewer than BATCH rows would pay for
     nothing else; only an ingest with full batches (a metrics dump) goes through Arrow."""
+    LIST_SLICE = 4096
+    """List parameters go in this many rows per statement: DuckDB converts each parameter value to its own
+    object first, ~3 KB a row, so 35,000 kernel events in one statement cost 100 MB of RSS at once."""
 
     def __init__(self, bundle: Bundle, artifact_sha: str | None) -> None:
         self.bundle = bundle
@@ -679,8 +701,9 @@ class RowWriter:
         cols = ", ".join(f'"{c}"' for c in columns)
         if len(rows) < self.LIST_ROWS:
             unnested = ", ".join(f'unnest(?) AS "{c}"' for c in columns)
-            self.bundle.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM (SELECT {unnested})",
-                                    list(columns.values()))
+            for at in range(0, len(rows), self.LIST_SLICE):
+                self.bundle.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM (SELECT {unnested})",
+                                        [values[at:at + self.LIST_SLICE] for values in columns.values()])
             return
         arrow = pa.table({k: pa.array(v) for k, v in columns.items()})
         self.bundle.con.register("_rows", arrow)
