@@ -16,10 +16,11 @@ anchors they hold.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -32,6 +33,10 @@ BLOCK_BYTES = 4 << 20
 MAX_LINE = 64 << 10
 """Only the first 64 KiB of a line are matched: a known message is never longer."""
 NEIGHBOUR_LINES = 32
+SAME_LABEL_LINES = 32
+"""In an ``srun -l`` file, how many time-like lines of an undated line's own label it tries, each way."""
+_SRUN_LABEL = re.compile(rb"([ \t]{0,4}\d{1,5}): (?=\S)")
+_LABELLED_STAMP_LIKE = re.compile(rb"^([ \t]{0,4}\d{1,5}): (?=\S)[^\n]*?\d[:.]\d\d", re.M)
 FIELDS = {"id", "kind", "layer", "severity", "severity_when", "cause", "anchors", "regex", "also", "attrs", "types",
           "lists", "continues", "parsed_as", "samples", "meaning"}
 MAX_CONTINUATION = 64
@@ -349,13 +354,42 @@ def _date_from_neighbours(framed: Framed, block: bytes, start: int, end: int, re
             hi = nxt
         after = block[end:hi].decode("utf-8", "replace").splitlines()
         dated = next((f for f in frame_lines(after, reference=reference, boot=boot) if f.ts is not None
-                      and f.ts_origin != "neighbour"), None)
+                      and f.ts_origin != "neighbour"), None) or _same_label_dated(block, start, end, reference, boot)
         if dated is None:
             return
         framed.ts, framed.ts_origin, framed.ts_approx = dated.ts, "neighbour", True
         return
     framed.ts, framed.ts_approx = last.ts, True
     framed.ts_origin = last.ts_origin if last.ts_origin == "dmesg_human" else "neighbour"
+
+
+def _same_label_dated(block: bytes, start: int, end: int, reference: datetime | None,
+                      boot: datetime | None) -> Framed | None:
+    """The nearest dated line of the same ``srun -l`` label (before the line, else after it): in an interleaved
+    job log the lines around an undated one are other ranks', and its own rank's last stamp may be far back."""
+    m = _SRUN_LABEL.match(block, start, end)
+    if m is None:
+        return None
+    starts = _stamp_like_lines(block).get(m.group(1), [])
+    i = bisect_left(starts, start)
+    after = i + 1 if i < len(starts) and starts[i] == start else i
+    for pos in [*reversed(starts[max(0, i - SAME_LABEL_LINES):i]), *starts[after:after + SAME_LABEL_LINES]]:
+        line_end = block.find(b"\n", pos)
+        raw = block[pos:len(block) if line_end < 0 else min(line_end, pos + MAX_LINE)]
+        framed = peel(raw.decode("utf-8", "replace").rstrip("\r"), reference=reference, boot=boot)
+        if framed.ts is not None:
+            return framed
+    return None
+
+
+@lru_cache(maxsize=1)
+def _stamp_like_lines(block: bytes) -> dict[bytes, list[int]]:
+    """Starts of the block's lines that may carry a time (a digit, ':' or '.', two digits), by ``srun -l``
+    label: one pass over a block, however many of its undated lines ask."""
+    found: dict[bytes, list[int]] = {}
+    for m in _LABELLED_STAMP_LIKE.finditer(block):
+        found.setdefault(m.group(1), []).append(m.start())
+    return found
 
 
 def event_of(sig: Signature, attrs: dict[str, Any], framed: Framed, body: str) -> Event:
