@@ -7,8 +7,11 @@ For each it times, from one run: ``gpuwb ingest`` (MB/s and its peak RSS), ``gre
 same keywords the collector's prefilter uses, ``sha256sum``, and ``lnav -n`` (lnav indexing the
 file headless). It also times the two halves of an ingest in-process: storing the raw bytes in
 the bundle, and the kernel parser alone (and, as a baseline in the same run, with its keywords not
-narrowed), so a slow run says which half to blame. The 512-rank NCCL set of tests/perf/nccl_bench.py
-(one file per rank) follows unless ``--no-nccl``.
+narrowed), so a slow run says which half to blame. Beside ``gpuwb ingest`` it runs the same ingest with
+the raw bytes stored as before the flat-memory layout (tests/perf/old_chunk_layout.py: 4 MiB chunks,
+default row groups) unless ``--no-baseline``, so peak RSS before and after come from one run. 1 GiB
+quiet log on the shared 2-core box: 681-719 MB before, 281-307 MB after, the same seconds.
+The 512-rank NCCL set of tests/perf/nccl_bench.py (one file per rank) follows unless ``--no-nccl``.
 
     python tests/perf/ingest_bench.py                 # 1 GiB each
     python tests/perf/ingest_bench.py --size-mb 50    # quicker
@@ -83,14 +86,20 @@ def parse_only(path: Path, plain: bool = False) -> tuple[float, int]:
         kernel.NARROWED = narrowed
 
 
-def measure(log: Path, tmp: Path, name: str) -> list[tuple[str, float, int | None, str]]:
-    """The table rows of one log: gpuwb ingest first, then the other tools over the same bytes."""
+def measure(log: Path, tmp: Path, name: str, baseline: bool = True) -> list[tuple[str, float, int | None, str]]:
+    """The table rows of one log: gpuwb ingest first (and, with ``baseline``, as it stored raw bytes
+    before), then the other tools over the same bytes."""
     rows: list[tuple[str, float, int | None, str]] = []
     bundle = tmp / f"bench-{name}.duckdb"
-    secs, rss, out = timed([sys.executable, "-m", "workbench.cli", "ingest", str(bundle), str(log)], cwd=ROOT)
-    bundle.unlink(missing_ok=True)
-    events = re.search(r"(\d+) events", out)
-    rows.append(("gpuwb ingest", secs, rss, f"{events.group(1) if events else '?'} events"))
+    runs = [("gpuwb ingest", "workbench.cli", "")]
+    if baseline:
+        runs.append(("gpuwb ingest, 4 MiB chunks", "tests.perf.old_chunk_layout", "; baseline: storage before"))
+    for what, module, note in runs:
+        secs, rss, out = timed([sys.executable, "-m", module, "ingest", str(bundle), str(log)], cwd=ROOT)
+        bundle.unlink(missing_ok=True)
+        Path(f"{bundle}.wal").unlink(missing_ok=True)
+        events = re.search(r"(\d+) events", out)
+        rows.append((what, secs, rss, f"{events.group(1) if events else '?'} events{note}"))
     secs, rss, out = timed(["grep", "-cE", grep_pattern(), str(log)], env={**os.environ, "LC_ALL": "C"}, ok=(0, 1))
     rows.append(("grep -cE (same keywords)", secs, rss, f"{out.strip()} matching lines"))
     secs, rss, _ = timed(["sha256sum", str(log)])
@@ -155,6 +164,7 @@ def main() -> int:
     parser.add_argument("--no-breakdown", action="store_true", help="skip the in-process store/parse timings")
     parser.add_argument("--mix", choices=("quiet", "noisy", "both"), default="both", help="which kernel log(s)")
     parser.add_argument("--no-nccl", action="store_true", help="skip the 512-rank NCCL set (--size-mb in all)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the ingest with the former 4 MiB chunks")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="gpuwb-bench-"))
@@ -168,7 +178,7 @@ def main() -> int:
                 began = time.perf_counter()
                 write_log(log, mix, args.size_mb << 20)
                 print(f"generated {log} in {time.perf_counter() - began:.1f} s", file=sys.stderr)
-            tables.append((f"{mix} kernel log", log, measure(log, tmp, mix)))
+            tables.append((f"{mix} kernel log", log, measure(log, tmp, mix, baseline=not args.no_baseline)))
         if not args.no_nccl:
             mb, rows = nccl_rows(tmp, args.size_mb)
             tables.append(("512-rank NCCL logs, one file per rank", mb, rows))
