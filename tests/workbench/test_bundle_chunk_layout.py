@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 from datetime import datetime, timezone
 
 import duckdb
@@ -61,3 +63,34 @@ def test_former_4_mib_chunks_read_verify_and_seal_the_same(tmp_path, monkeypatch
         assert bundle.artifact_chunk_count(aid) == -(-len(blobs[0]) // (4 << 20))
         assert b"".join(bundle.artifact_bytes(old_shas[0])) == blobs[0]
         assert bundle.verify() == []
+
+
+CRASH_MID_STORE = """
+import io, os, sys
+from workbench import bundle as b
+b.CHUNK_BYTES = b.MAX_CHUNK_BYTES = 4096  # 2048-row groups of 8 MiB: several written before the crash
+with b.Bundle.open(sys.argv[1], write=True) as bundle:
+    execute = bundle.con.execute
+    def crash_before_the_artifact_row(sql, *args):
+        if sql.startswith("INSERT INTO artifact "):
+            assert bundle.con.execute("SELECT count(*) FROM artifact_chunk").fetchall()[0][0] > 3 * 2048
+            os._exit(9)
+        return execute(sql, *args)
+    bundle.con = type("Con", (), {"execute": staticmethod(crash_before_the_artifact_row),
+                                  "__getattr__": lambda self, name: getattr(execute.__self__, name)})()
+    bundle.add_artifact(io.BytesIO(os.urandom(40 << 20)), kind="unknown", source="big")
+"""
+
+
+def test_a_crash_after_row_groups_went_to_disk_leaves_the_sealed_bundle_intact(tmp_path):
+    """Full row groups of the open transaction are written to the file before the commit; a process
+    killed then must leave the sealed evidence as it was and the bundle writable."""
+    path = tmp_path / "b.duckdb"
+    shas, digest = _store(path, [b"kernel: before\n"])
+    crashed = subprocess.run([sys.executable, "-c", CRASH_MID_STORE, str(path)], capture_output=True, text=True)
+    assert crashed.returncode == 9, crashed.stderr[-500:]
+    with Bundle.open(path, write=True) as bundle:
+        assert bundle.verify() == [] and bundle.root_digest() == digest and bundle.artifacts()[0]["sha256"] == shas[0]
+        assert bundle.con.execute("SELECT count(*) FROM artifact_chunk").fetchall()[0][0] == 1
+        sha, _, is_new = bundle.add_artifact(io.BytesIO(b"kernel: after\n" * 10_000), kind="unknown", source="a")
+        assert is_new and b"".join(bundle.artifact_bytes(sha)) == b"kernel: after\n" * 10_000
