@@ -25,6 +25,9 @@ GPU_FLOOR = 42
 """Of the drills whose truth names a GPU, those whose first hypothesis names the same PCI bus id."""
 LAYER_FLOOR = 117
 """Drills whose analysis calls the truth's layer a fault (the layer verdict the scorecard expects)."""
+OTHER_FAULT_CEILING = 0
+"""Drills whose analysis also calls another layer a fault (what the scorecard judges wrong); a ratchet
+the other way: lower it, never raise it."""
 
 
 def test_every_cause_of_the_catalog_has_a_drill() -> None:
@@ -33,6 +36,7 @@ def test_every_cause_of_the_catalog_has_a_drill() -> None:
 
 def test_every_drill_is_analysed_back_to_its_own_cause(tmp_path: Path) -> None:
     misses, wrong_place, layer_off, wrong_gpu, hits, placed, layered, gpus, gpus_right = [], [], [], [], 0, 0, 0, 0, 0
+    other_faults = []
     for cause, workload in faults():
         for seed in SEEDS:
             written = write(cause, workload, seed, tmp_path / f"{cause}-{workload}-{seed}")
@@ -45,6 +49,10 @@ def test_every_drill_is_analysed_back_to_its_own_cause(tmp_path: Path) -> None:
                 layered += 1
             else:
                 layer_off.append(f"{cause}/{workload}/seed {seed}: {written.truth.layer} {verdict}")
+            others = [layer for layer, v in result["layers"].items()
+                      if v["verdict"] == "fault" and layer != written.truth.layer]
+            if others:
+                other_faults.append(f"{cause}/{workload}/seed {seed}: {', '.join(others)}")
             if top.get("cause") != cause:
                 misses.append(f"{cause}/{workload}/seed {seed} -> {top.get('cause')}")
                 continue
@@ -66,9 +74,10 @@ def test_every_drill_is_analysed_back_to_its_own_cause(tmp_path: Path) -> None:
           f"{hits} of {total} drills ({len(faults())} cause/workload pairs x {len(SEEDS)} seeds), {placed} at the "
           f"right place ({gpus_right} of {gpus} naming the truth's GPU), {layered} with the truth's layer called a "
           f"fault; misses: {misses or 'none'}; wrong place: {wrong_place or 'none'}; wrong GPU: {wrong_gpu or 'none'}; "
-          f"layer not a fault: {layer_off or 'none'}")
+          f"layer not a fault: {layer_off or 'none'}; another layer also a fault: {other_faults or 'none'}")
     assert hits >= DRILL_FLOOR, misses
     assert placed >= PLACE_FLOOR, wrong_place
     assert solved >= CAUSE_FLOOR, sorted(missed_causes)
     assert layered >= LAYER_FLOOR, layer_off
     assert gpus_right >= GPU_FLOOR, wrong_gpu
+    assert len(other_faults) <= OTHER_FAULT_CEILING, other_faults
