@@ -596,7 +596,10 @@ def _named(art: dict[str, Any]) -> str:
 
 
 def _next_chunk_bytes(raw: int, stored: int) -> int:
-    """Raw bytes for the next chunk so that it stores about STORED_CHUNK_BYTES, in CHUNK_BYTES steps."""
+    """Raw bytes for the next chunk so that it stores about STORED_CHUNK_BYTES, in CHUNK_BYTES steps;
+    CHUNK_BYTES after one that was kept as it was."""
+    if stored >= raw:
+        return CHUNK_BYTES
     wanted = raw * STORED_CHUNK_BYTES // max(stored, 1)
     steps = -(-wanted // CHUNK_BYTES)
     return min(MAX_CHUNK_BYTES, max(CHUNK_BYTES, steps * CHUNK_BYTES))
