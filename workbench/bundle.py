@@ -34,18 +34,20 @@ from collectors.base import (
 from workbench import schema
 from workbench.errors import GpuwbError
 
-CHUNK_BYTES = 64 << 10
+CHUNK_BYTES = 32 << 10
 """Raw bytes are stored in chunks so that a multi-GB log is streamed, never held whole. Small enough
-that ROW_GROUP_ROWS of them (128 MiB) fill a row group within one artifact: DuckDB writes a full row
+that ROW_GROUP_ROWS of them (64 MiB) fill a row group within one artifact: DuckDB writes a full row
 group of an open transaction to disk at once (optimistic writing), so storing a file of any size
-holds about one row group in memory. Bundles written with 4 MiB chunks read the same."""
+holds about one row group in memory (64 KiB chunks: 2 GiB of random bytes peaked at 350 MB, 32 KiB:
+250 MB). Bundles written with 4 MiB chunks read the same."""
 ROW_GROUP_ROWS = 2048
 """Rows per DuckDB row group in a bundle opened for writing, the smallest DuckDB allows (the default
 122,880 rows of raw chunks would never fill, and the whole transaction would stay in memory)."""
 STORED_CHUNK_BYTES = 32 << 10
 """What a compressed chunk should hold at least: DuckDB 2.0 keeps BLOBs under ~16 KiB of an open
 transaction in memory even once their row group is written, so a log that zstd shrinks 9x is cut into
-chunks of a few hundred KiB (raw) instead. Incompressible bytes stay at CHUNK_BYTES."""
+chunks of a few hundred KiB (raw) instead. Incompressible bytes stay at CHUNK_BYTES. Not more: a
+row group needs ROW_GROUP_ROWS chunks to be written (a 64 KiB target: 1 GiB of log, 610 MB RSS)."""
 MAX_CHUNK_BYTES = 1 << 20
 STORE_BATCH_BYTES = 4 << 20
 """Raw bytes read and inserted per statement, not a query per chunk."""
@@ -216,6 +218,7 @@ class Bundle:
         digest = hashlib.sha256()
         size = 0
         seq = 0
+        step = CHUNK_BYTES
         own = not self._in_batch
         if own:
             self.con.execute("BEGIN")
@@ -226,7 +229,7 @@ class Bundle:
                     break
                 digest.update(block)
                 size += len(block)
-                seq = self._insert_chunks(aid, seq, block)
+                seq, step = self._insert_chunks(aid, seq, block, step)
             sha = digest.hexdigest()
             existing = self._stored_id(sha)
             if existing is not None:
@@ -248,14 +251,13 @@ class Bundle:
             raise
         return sha, aid, True
 
-    def _insert_chunks(self, artifact_id: int, first_seq: int, block: bytes) -> int:
+    def _insert_chunks(self, artifact_id: int, first_seq: int, block: bytes, step: int) -> tuple[int, int]:
         """``block`` as chunks from seq ``first_seq`` on, in one multi-row INSERT (an Arrow batch would
-        import pandas, ~90 MB); returns the next seq. The first chunk is CHUNK_BYTES; how well it
-        compressed sizes the next (see STORED_CHUNK_BYTES)."""
+        import pandas, ~90 MB); the first chunk holds ``step`` raw bytes, and how well each compressed
+        sizes the next (see STORED_CHUNK_BYTES). Returns the next seq and the next chunk's size."""
         params: list[Any] = []
         seq = first_seq
         at = 0
-        step = CHUNK_BYTES
         while at < len(block):
             part = block[at:at + step]
             stored, codec = _pack(part)
@@ -265,7 +267,7 @@ class Bundle:
             step = _next_chunk_bytes(len(part), len(stored))
         self.con.execute("INSERT INTO artifact_chunk VALUES " + ", ".join(["(?, ?, ?, ?, ?)"] * (seq - first_seq)),
                          params)
-        return seq
+        return seq, step
 
     def _stored_id(self, sha256: str) -> int | None:
         if not self._in_batch:
