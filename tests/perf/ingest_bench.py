@@ -10,7 +10,7 @@ the bundle, and the kernel parser alone (and, as a baseline in the same run, wit
 narrowed), so a slow run says which half to blame. Beside ``gpuwb ingest`` it runs the same ingest with
 the raw bytes stored as before the flat-memory layout (tests/perf/old_chunk_layout.py: 4 MiB chunks,
 default row groups) unless ``--no-baseline``, so peak RSS before and after come from one run. 1 GiB
-quiet log on the shared 2-core box: 681-719 MB before, 281-307 MB after, the same seconds.
+quiet log on the shared 2-core box: 681-719 MB before, 275-307 MB after, the same seconds.
 The 512-rank NCCL set of tests/perf/nccl_bench.py (one file per rank) follows unless ``--no-nccl``.
 
     python tests/perf/ingest_bench.py                 # 1 GiB each

@@ -21,7 +21,7 @@ Then, each in a child process with its own peak RSS (``os.wait4``):
 ``--blobs N`` measures instead the merge of N bundles that each hold one incompressible file of
 ``--blob-mb`` MiB, made and merged twice: as gpuwb stores raw bytes now, and as it did before
 (tests/perf/old_chunk_layout.py: 4 MiB chunks, default row groups). 40 x 16 MiB on the shared 2-core
-box: before 1.9 GB peak RSS, 6.5 s; now 1.0 GB, 4.6 s (the merge copies chunks as they are).
+box: before 1.9-2.0 GB peak RSS, 6.5-9.9 s; now 0.86-1.0 GB, 2.9-4.6 s (chunks are copied as they are).
 
 Before the set-based merge (one ATTACH and a dozen statements per bundle, counts of the growing
 tables, another host's copy of known bytes row by row in Python), on the same bundles: 100 bundles
