@@ -151,7 +151,7 @@ class Session:
         result.sha256 = sha
         result.size = store.counted.size  # the same bytes when they were stored before
         if not is_new:
-            stored_host = self.bundle.con.execute("SELECT host FROM artifact WHERE id = ?", [aid]).fetchall()[0][0]
+            stored_host = self.bundle.artifact_host(aid)
             if host == stored_host or not self.bundle.add_alias(
                     sha, kind=kind, source=source, collector=module.NAME if module else None, host=host,
                     captured_at=captured_at or mtime, info=info):
