@@ -307,7 +307,7 @@ def sniff(name: str, head: str) -> dict[str, int]:
         if re.search(r'"nodes"\s*:', head) and re.search(r'"state_flags"|"reason_set_by_user"|"Slurm"', head):
             return {"slurm_json": 85}
         return {}
-    lines = [_unwrap(line).strip() for line in head.splitlines()[:200]]
+    lines = [_unwrap(line).strip() if '"' in line else line.strip() for line in head.splitlines()[:200]]
     lines = [line for line in lines if line]
     if not lines:
         return {}
@@ -316,13 +316,14 @@ def sniff(name: str, head: str) -> dict[str, int]:
                                                         and re.search(r"^Slurmctld\w*\s+=", head, re.M)):
         return {"slurm_config": 90}
     scores: dict[str, int] = {}
-    has_job_state = any(re.search(r"\bJobState=\w+", line) for line in lines)
-    if has_job_state and (any(re.match(r"^JobId=\d", line) for line in lines[:20])
-                          or any(re.search(r"\b(?:ExitCode|SubmitTime|StartTime)=", line) for line in lines)):
+    body = "\n".join(lines)
+    has_job_state = "JobState=" in body and _JOB_STATE.search(body)
+    if has_job_state and (any(re.match(r"^JobId=\d", line) for line in lines[:20]) or _JOB_TIMES.search(body)):
         scores["scontrol_job"] = 90
-    if any(re.match(r"^NodeName=\S+", line) for line in lines[:20]) and re.search(r"\bState=", head):
+    if "NodeName=" in body and any(re.match(r"^NodeName=\S+", line) for line in lines[:20]) \
+            and re.search(r"\bState=", head):
         scores["scontrol_node"] = 90
-    for line in lines[:40]:
+    for line in lines[:40] if _HEADER_KEY.search("\n" + "\n".join(lines[:40]).lower()) else ():
         header = _header_columns(line)
         if header:
             cols = header[0]
@@ -333,16 +334,33 @@ def sniff(name: str, head: str) -> dict[str, int]:
             else:
                 scores.setdefault("sinfo", 85)
             break
-    log_lines = sum(1 for line in lines if _LOG_BRACKET.match(line) or _LOG_SYSLOG.match(line)
-                    or _LOG_ISO_SYSLOG.match(line))
-    slurm_words = sum(1 for line in lines if re.search(
-        r"JobId=|slurmstepd|slurm_script|srun: |_job_complete|update_node|\bsched: |\*\*\* (?:JOB|STEP) \d|"
-        r"oom[-_]kill event|^State: [A-Z_]+ \(exit code", line))
-    if log_lines >= max(1, len(lines) // 2) and (slurm_words or "slurm" in head[:4000].lower()):
+    slurm_words = sum(1 for line in lines if _SLURM_WORDS.search(line)) \
+        if any(word in body for word in _SLURM_WORD_ANCHORS) else 0
+    if (slurm_words or "slurm" in head[:4000].lower()) and _log_lines(lines) >= max(1, len(lines) // 2):
         scores["slurm_log"] = max(scores.get("slurm_log", 0), 85)
     elif slurm_words:
         scores["slurm_log"] = 80 if slurm_words * 3 >= len(lines) else 40
     return scores
+
+
+_JOB_STATE = re.compile(r"\bJobState=\w+")
+"""Searched in a head's lines joined by newlines (after a plain substring test, far cheaper than a pattern
+that starts with \\b): no match can span two lines, so one search is the any() over lines."""
+_JOB_TIMES = re.compile(r"\b(?:ExitCode|SubmitTime|StartTime)=")
+_SLURM_WORDS = re.compile(r"JobId=|slurmstepd|slurm_script|srun: |_job_complete|update_node|\bsched: |"
+                          r"\*\*\* (?:JOB|STEP) \d|oom[-_]kill event|^State: [A-Z_]+ \(exit code")
+_SLURM_WORD_ANCHORS = ("JobId=", "slurmstepd", "slurm_script", "srun: ", "_job_complete", "update_node", "sched: ",
+                       "*** JOB ", "*** STEP ", "kill event", "State: ")
+"""A text in every _SLURM_WORDS match: a head with none of them has no slurm words, found without a search per line."""
+_HEADER_CELLS = sorted({*(k for k, v in _ALIASES.items() if v in ("jobid", "nodelist")), "jobid", "nodelist"})
+_HEADER_KEY = re.compile(r"[\s|](?:" + "|".join(map(re.escape, _HEADER_CELLS)) + r")(?![^\s|])")
+"""A column _header_columns needs (one named jobid or nodelist), as a whole cell of the lower-cased lines, each
+after a newline: lines without one are not tried as a table header."""
+
+
+def _log_lines(lines: list[str]) -> int:
+    return sum(1 for line in lines if _LOG_BRACKET.match(line) or _LOG_SYSLOG.match(line)
+               or _LOG_ISO_SYSLOG.match(line))
 
 
 def _unwrap(line: str) -> str:
