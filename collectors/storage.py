@@ -150,27 +150,28 @@ _CKPT_CONTEXT = re.compile(r"torch\.save|save_checkpoint|serialization\.py|inlin
 def sniff(name: str, head: str) -> dict[str, int]:
     lines = head.splitlines()
     first = next((ln for ln in lines if ln.strip()), "")
-    if re.search(r"^Device:?\s+.*(?:await|r/s|rrqm/s|tps)", head, re.MULTILINE):
+    # a plain substring test before each pattern that needs it: 512 rank logs are sniffed by every collector
+    if "Device" in head and re.search(r"^Device:?\s+.*(?:await|r/s|rrqm/s|tps)", head, re.MULTILINE):
         return {"iostat": 90}
     if first.startswith("# diskstats sample") or (
             len(re.findall(r"^\s*\d+\s+\d+\s+\S+(?:\s+\d+){10,}\s*$", head, re.MULTILINE)) >= 2):
         return {"diskstats": 90}
     if re.match(r"^Filesystem\s+(?:Type\s+)?(?:1024-blocks|1K-blocks|\d+[KMG]?-blocks|Size|Inodes)\s", first):
         return {"df": 95}
-    if re.search(r"^Client rpc stats:", head, re.MULTILINE):
+    if "Client rpc stats:" in head and re.search(r"^Client rpc stats:", head, re.MULTILINE):
         return {"nfsstat": 90}
-    if re.search(r"^device \S+ mounted on \S+ with fstype \S+", head, re.MULTILINE):
+    if " mounted on " in head and re.search(r"^device \S+ mounted on \S+ with fstype \S+", head, re.MULTILINE):
         return {"mountstats": 90}
     if first.startswith("# checkpoint listing of") or (
-            len(re.findall(r"^\d{9,11}(?:\.\d+)? \d+ (?:[fdl] )?/", head, re.MULTILINE)) >= 2):
+            " /" in head and len(re.findall(r"^\d{9,11}(?:\.\d+)? \d+ (?:[fdl] )?/", head, re.MULTILINE)) >= 2):
         return {"checkpoint_listing": 90}
     if re.search(r"^[-dl][rwxsStT-]{9}[.+@]?\s+\d+\s+\S+\s+\S+\s+\d+\s+\d{4}-\d\d-\d\d \d\d:\d\d", head,
                  re.MULTILINE) and _CKPT_CONTEXT.search(head):
         return {"checkpoint_listing": 70}
-    if re.search(r"PytorchStreamWriter failed writing|write\(\): fd \d+ failed with|unexpected pos \d+ vs \d+",
-                 head):
+    if ("PytorchStreamWriter" in head or "write(): fd " in head or "unexpected pos " in head) and re.search(
+            r"PytorchStreamWriter failed writing|write\(\): fd \d+ failed with|unexpected pos \d+ vs \d+", head):
         return {"checkpoint_log": 80}
-    if _WRITE_FAIL.search(head) and _CKPT_CONTEXT.search(head) and "Traceback" in head:
+    if "Traceback" in head and _WRITE_FAIL.search(head) and _CKPT_CONTEXT.search(head):
         return {"checkpoint_log": 70}
     return {}
 
