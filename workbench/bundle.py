@@ -228,9 +228,11 @@ class Bundle:
             aid = self.con.execute("SELECT coalesce(max(id), 0) + 1 FROM artifact").fetchall()[0][0]
         fields = [collector, kind, host, source, utc_naive(captured_at or datetime.now(timezone.utc)),
                   json.dumps(info or {}, default=str)]
-        block = stream.read(STORE_BATCH_BYTES)
-        if self._in_batch and len(block) < STORE_BATCH_BYTES and not stream.read(STORE_BATCH_BYTES):
-            return self._add_small(aid, block, fields)
+        read = [stream.read(STORE_BATCH_BYTES)]
+        if self._in_batch and len(read[0]) < STORE_BATCH_BYTES:
+            read.append(stream.read(STORE_BATCH_BYTES))  # a short read need not be the end (a pipe)
+            if not read[1]:
+                return self._add_small(aid, read[0], fields)
         self._flush_pending()
         digest = hashlib.sha256()
         size = 0
@@ -241,12 +243,12 @@ class Bundle:
             self.con.execute("BEGIN")
         try:
             while True:
+                block = read.pop(0) if read else stream.read(STORE_BATCH_BYTES)
                 if not block:
                     break
                 digest.update(block)
                 size += len(block)
                 seq, step = self._insert_chunks(aid, seq, block, step)
-                block = stream.read(STORE_BATCH_BYTES)
             sha = digest.hexdigest()
             existing = self._stored_id(sha)
             if existing is not None:

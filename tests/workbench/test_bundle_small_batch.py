@@ -83,3 +83,22 @@ def test_small_files_flushed_every_few_chunks_store_the_same(tmp_path, monkeypat
     batched, _ = _store(tmp_path / "b.duckdb", blobs, batch=True)
     assert batched == alone
     assert _chunks(tmp_path / "b.duckdb") == _chunks(tmp_path / "a.duckdb")
+
+
+class _ShortReads(io.BytesIO):
+    """A stream that returns at most 1,000 bytes a read, as a pipe may."""
+
+    def read(self, size: int | None = -1) -> bytes:
+        return super().read(1000 if size is None or size < 0 else min(size, 1000))
+
+
+def test_a_short_read_is_not_taken_for_the_end(tmp_path):
+    blob = b"".join(f"line {i}\n".encode() for i in range(2000))
+    with Bundle.create(tmp_path / "b.duckdb", title="t") as bundle:
+        bundle.begin_batch()
+        sha, aid, _ = bundle.add_artifact(_ShortReads(blob), kind="unknown", source="pipe")
+        bundle.commit_batch()
+        assert b"".join(bundle.artifact_bytes(aid)) == blob
+        assert [a["size"] for a in bundle.artifacts()] == [len(blob)]
+        bundle.seal()
+        assert not bundle.verify()
