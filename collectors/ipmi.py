@@ -70,12 +70,13 @@ def capture(ctx: CaptureContext) -> Iterator[Artifact]:
 
 
 def sniff(name: str, head: str) -> dict[str, int]:
-    if re.search(r"^\s*[0-9a-fA-F]+\s*\|\s*(?:\d\d/\d\d/\d{4}|Pre-Init)\s*\|[^|]*\|[^|]+\|", head, re.MULTILINE):
+    if "|" in head and re.search(r"^\s*[0-9a-fA-F]+\s*\|\s*(?:\d\d/\d\d/\d{4}|Pre-Init)\s*\|[^|]*\|[^|]+\|", head,
+                                 re.MULTILINE):
         return {"ipmi_sel": 95}
-    if re.search(r"^ID\s*\|\s*Date\s*\|\s*Time\s*\|\s*Name\s*\|\s*Type", head, re.MULTILINE):
+    if "|" in head and re.search(r"^ID\s*\|\s*Date\s*\|\s*Time\s*\|\s*Name\s*\|\s*Type", head, re.MULTILINE):
         return {"ipmi_sel": 95}
-    if re.search(r"^Adapter: .+$", head, re.MULTILINE) and re.search(r"^[^:\n]+:\s+[+-]?[\d.]+\s*(?:°|Â°)?C\b", head,
-                                                                      re.MULTILINE):
+    if "Adapter: " in head and re.search(r"^Adapter: .+$", head, re.MULTILINE) and re.search(
+            r"^[^:\n]+:\s+[+-]?[\d.]+\s*(?:°|Â°)?C\b", head, re.MULTILINE):
         return {"sensors": 90}
     return {}
 

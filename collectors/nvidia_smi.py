@@ -137,27 +137,28 @@ def sniff(name: str, head: str) -> dict[str, int]:
     if "<nvidia_smi_log" in head or "nvsmi_device_v" in head:
         return {"nvidia_smi_xml": 95}
     lines = [ln for ln in head.splitlines()[:400] if ln.strip()]
-    if any(_BANNER.match(ln) for ln in lines):
+    if "NVSMI LOG" in head and any(_BANNER.match(ln) for ln in lines):
         return {"nvidia_smi_q": 95}
-    if any(_TABLE_HEAD.search(ln) for ln in lines[:60]):
+    if "Driver Version:" in head and any(_TABLE_HEAD.search(ln) for ln in lines[:60]):
         return {"nvidia_smi_table": 95}
     if "| Diagnostic" in head and ("| Result" in head or "DCGM Version" in head):
         return {"dcgm_diag": 90}
     if sum(1 for ln in lines[:200] if _DCGM_LOG.match(ln) and _DCGM_WHERE.search(ln)) >= 1:
         return {"dcgm_log": 85}
-    if any(_QUERY_CMD.search(ln) for ln in lines[:40]) or (lines and _is_csv_header(lines[0])):
+    if ("--query-gpu" in head and any(_QUERY_CMD.search(ln) for ln in lines[:40])) or (
+            lines and _is_csv_header(lines[0])):
         return {"nvidia_smi_csv": 90}
-    if any(_FM_VERSION.search(ln) for ln in lines[:5]):
+    if "Fabric Manager version is" in head and any(_FM_VERSION.search(ln) for ln in lines[:5]):
         return {"fabricmanager_version": 85}
-    if any(_TOPO_HEAD.match(ln) for ln in lines[:5]):
+    if "CPU Affinity" in head and any(_TOPO_HEAD.match(ln) for ln in lines[:5]):
         return {"nvidia_smi_topo": 90}
     if len(lines) > 1 and _NVLINK_GPU.match(lines[0]) and _NVLINK_LINK.match(lines[1]):
         return {"nvidia_smi_nvlink": 90}
-    if any(_DMON_HEAD.match(ln) for ln in lines[:40]):
+    if "Entity" in head and any(_DMON_HEAD.match(ln) for ln in lines[:40]):
         return {"dcgm_dmon": 85}
     if "Health Monitor Report" in head:
         return {"dcgm_health": 85}
-    if any(pattern.search(ln) for ln in lines[:20] for pattern, _ in _ERRORS):
+    if any(pattern.search(ln) for pattern, needle in _ERRORS if needle in head for ln in lines[:20]):
         return {"nvidia_smi": 80}
     q_lines = sum(1 for ln in lines[:200] if (m := _KV.match(ln) or _HEADER.match(ln)) and _norm(m.group(2)) in Q_HINTS)
     if q_lines >= 3:
