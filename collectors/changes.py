@@ -164,20 +164,21 @@ def sniff(name: str, head: str) -> dict[str, int]:
         return {}
     if sum(1 for ln in lines[:50] if _DPKG.match(ln)) >= 2 or (len(lines) == 1 and _DPKG.match(lines[0])):
         return {"dpkg_log": 95}
-    if re.search(r"^Start-Date: \d{4}-\d\d-\d\d", head, re.MULTILINE) and re.search(
+    if "Start-Date: " in head and re.search(r"^Start-Date: \d{4}-\d\d-\d\d", head, re.MULTILINE) and re.search(
             r"^(Commandline|Upgrade|Install|Remove|Purge|End-Date):", head, re.MULTILINE):
         return {"apt_history": 95}
-    if any(_YUM.match(ln) for ln in lines[:20]):
+    if "ed: " in head and any(_YUM.match(ln) for ln in lines[:20]):
         return {"yum_log": 95}
-    if sum(1 for ln in lines[:50] if (m := _DNF.match(ln)) and m.group(3) in ("SUBDEBUG", "INFO", "DDEBUG")) >= 2:
+    if ("INFO " in head or "DEBUG " in head) and sum(
+            1 for ln in lines[:50] if (m := _DNF.match(ln)) and m.group(3) in ("SUBDEBUG", "INFO", "DDEBUG")) >= 2:
         return {"dnf_rpm_log": 85}
-    if any(_HISTORY_HEAD.match(ln) for ln in lines[:10]):
+    if "|" in head and any(_HISTORY_HEAD.match(ln) for ln in lines[:10]):
         return {"yum_history": 95}
     if _records_header(lines[0]):
         return {"change_records": 85}
     if score := _json_records_score(head):
         return {"change_records": score}
-    if sum(1 for ln in lines[:200] if _PIP_FREEZE.match(ln)) >= 5:
+    if "==" in head and sum(1 for ln in lines[:200] if _PIP_FREEZE.match(ln)) >= 5:
         return {"pip_freeze": 80}
     if re.match(r"^Package\s+Version\s*(?:Location|Editable project location)?\s*$", lines[0]) and len(lines) > 2 \
             and set(lines[1].replace(" ", "")) == {"-"}:

@@ -58,6 +58,8 @@ _TYPE_LINE = re.compile(r"^#\s*TYPE\s+\S+\s+(?:counter|gauge|histogram|summary|u
                         r"stateset|unknown)\s*$", re.MULTILINE)
 _HELP_LINE = re.compile(r"^#\s*HELP\s+\S+", re.MULTILINE)
 _SERVING_PREFIX = re.compile(r"^(?:vllm:|sglang:|tgi_|nv_inference_|nv_gpu_|nv_trt_llm_)", re.MULTILINE)
+_SERVING_WORDS = ("vllm:", "sglang:", "tgi_", "nv_")
+"""What every _SERVING_PREFIX match holds: a text without any is not searched."""
 _STAMP = re.compile(r"(\d{8}T\d{6}(?:[.,]\d{1,9})?Z)")
 _API_HEAD = re.compile(r'^\s*[\[{].*"(?:resultType|errorType)"', re.DOTALL)
 _LOGGED_RESPONSE = re.compile(r"""['"]status['"]\s*:\s*['"](?:success|error)['"]""")
@@ -75,6 +77,14 @@ _LOOPBACK = re.compile(r"^(?:127\.\d+\.\d+\.\d+|localhost|::1|0\.0\.0\.0)$", re.
 
 # -- sniffing ----------------------------------------------------------------------------------
 
+def _sniffed_lines(text: str) -> list[str]:
+    """The head's first 400 non-blank lines, less a last line cut mid-way."""
+    lines = [line for line in text.splitlines()[:400] if line.strip()]
+    if len(lines) > 1 and not text.endswith("\n"):
+        lines = lines[:-1]
+    return lines
+
+
 def sniff(name: str, head: str) -> dict[str, int]:
     """Which Prometheus shape the first bytes look like (and how sure we are)."""
     text = head.lstrip("\ufeff")
@@ -83,20 +93,23 @@ def sniff(name: str, head: str) -> dict[str, int]:
     start = text[:4096]
     if (_API_HEAD.match(start) and '"status"' in start) or re.match(r'\s*\[\s*\{\s*"metric"', start):
         return {"prom_api_json": 90}
-    lines = [line for line in text.splitlines()[:400] if line.strip()]
-    if len(lines) > 1 and not text.endswith("\n"):
-        lines = lines[:-1]  # the last line of a sniffed head may be cut mid-way
-    responses = sum(1 for line in lines if _LOGGED_RESPONSE.search(line) and "resultType" in line)
-    if responses and not text.lstrip().startswith("{"):
+    if "resultType" in text and not text.lstrip().startswith("{") and any(
+            "resultType" in line and _LOGGED_RESPONSE.search(line) for line in _sniffed_lines(text)):
         return {"prom_query_log": 85}
-    typed = len(_TYPE_LINE.findall(text)) + len(_HELP_LINE.findall(text))
+    typed = (len(_TYPE_LINE.findall(text)) if "TYPE" in text else 0) + (
+        len(_HELP_LINE.findall(text)) if "HELP" in text else 0)
+    named = name.lower().endswith((".prom", ".metrics"))
+    if typed < 2 and not named and 'le="' not in text and not (
+            any(word in text for word in _SERVING_WORDS) and _SERVING_PREFIX.search(text)):
+        return {}  # no verdict below can hold, whatever the samples: spares splitting and a match per line
+    lines = _sniffed_lines(text)
     data = [line for line in lines if not line.startswith("#")]
     samples = sum(1 for line in data if _SAMPLE_HEAD.match(line))
     share = samples / len(data) if data else 0.0
     dcgm = "DCGM_FI_" in text  # leave DCGM exporter pages to a DCGM-specific parser if one claims them
     if typed >= 2 and (share >= 0.5 or not data):
         return {"prom_text": 60 if dcgm else 90}
-    if name.lower().endswith((".prom", ".metrics")) and (share >= 0.5 or typed):
+    if named and (share >= 0.5 or typed):
         return {"prom_text": 85}
     if samples >= 2 and share >= 0.8 and (_SERVING_PREFIX.search(text) or 'le="' in text):
         return {"prom_text": 70}
