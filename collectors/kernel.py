@@ -194,6 +194,8 @@ def sniff(name: str, head: str) -> dict[str, int]:
         if line[:1] in (" ", "\t"):
             continue
         counted += 1
+        if not _may_be_kernel(line):
+            continue
         pre, msg = split_prefix(line)
         style = _kernel_style(pre, msg)
         if style:
@@ -214,6 +216,18 @@ def sniff(name: str, head: str) -> dict[str, int]:
     if any(hint in lowered for hint in ("dmesg", "kern", "journal", "messages", "syslog")):
         score += 5
     return {_STYLE_KIND[style]: score}
+
+
+_FACILITY_INITIALS = frozenset("kumdaslncf")
+"""First letters of the facilities ``dmesg -x`` prints (kern, user, mail, daemon, auth, syslog, lpr, news, ...)."""
+
+
+def _may_be_kernel(line: str) -> bool:
+    """False for a line split_prefix would leave without a prefix and _kernel_style would not count: it
+    starts with no bracket, digit, capital, facility or bare tag (an NCCL ``host:pid:tid`` line)."""
+    first = line[:1]
+    return (first in ("[", "<") or first.isdigit() or first.isupper() or first in _FACILITY_INITIALS
+            or line.startswith(_BARE_TAGS))
 
 
 def _kernel_style(pre: Prefix, msg: str) -> str | None:
