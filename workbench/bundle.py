@@ -713,16 +713,15 @@ _JSON_FIELDS = {"attrs", "extra", "labels"}
 
 
 class RowWriter:
-    """Buffers parsed rows per table and appends them in Arrow batches (fast, bounded memory).
+    """Buffers parsed rows per table and appends them as DuckDB list parameters (bounded memory).
 
     One writer can serve many artifacts (``start`` names the current one): a folder of 512 small
-    rank logs then costs a few batched inserts instead of three per file."""
+    rank logs then costs a few batched inserts instead of three per file. No Arrow here: pyarrow's
+    first ``pa.array`` imports pandas (~90 MB of RSS, ~0.5 s), and list parameters in slices insert
+    a metrics dump as fast as Arrow batches did (tests/perf/ingest_bench.py)."""
 
-    BATCH = 50_000
-    LIST_ROWS = BATCH
-    """Fewer rows (all but a full batch) go in as DuckDB list parameters: 2.6x slower per row than Arrow,
-    but Arrow's first array imports pandas (~0.5 s), which a log with fewer than BATCH rows would pay for
-    nothing else; only an ingest with full batches (a metrics dump) goes through Arrow."""
+    BATCH = 10_000
+    """Rows buffered before they go in: at most ~30 MB of parsed rows held, whatever the input's size."""
     LIST_SLICE = 4096
     """List parameters go in this many rows per statement: DuckDB converts each parameter value to its own
     object first, ~3 KB a row, so 35,000 kernel events in one statement cost 100 MB of RSS at once."""
@@ -784,18 +783,10 @@ class RowWriter:
             columns["id"] = list(range(first, first + len(rows)))
         columns["artifact"] = [sha for _, sha in pairs]
         cols = ", ".join(f'"{c}"' for c in columns)
-        if len(rows) < self.LIST_ROWS:
-            unnested = ", ".join(f'unnest(?) AS "{c}"' for c in columns)
-            for at in range(0, len(rows), self.LIST_SLICE):
-                self.bundle.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM (SELECT {unnested})",
-                                        [values[at:at + self.LIST_SLICE] for values in columns.values()])
-            return
-        arrow = pa.table({k: pa.array(v) for k, v in columns.items()})
-        self.bundle.con.register("_rows", arrow)
-        try:
-            self.bundle.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _rows")
-        finally:
-            self.bundle.con.unregister("_rows")
+        unnested = ", ".join(f'unnest(?) AS "{c}"' for c in columns)
+        for at in range(0, len(rows), self.LIST_SLICE):
+            self.bundle.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM (SELECT {unnested})",
+                                    [values[at:at + self.LIST_SLICE] for values in columns.values()])
 
 
 def _version() -> str:

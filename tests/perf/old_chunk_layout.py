@@ -22,7 +22,7 @@ def _plain_connect(path: Path) -> duckdb.DuckDBPyConnection:
 def use_old_layout() -> None:
     """Patch this process's workbench.bundle back to the former storage settings."""
     bundle.CHUNK_BYTES = bundle.MAX_CHUNK_BYTES = bundle.STORE_BATCH_BYTES = 4 << 20
-    bundle.RowWriter.LIST_SLICE = bundle.RowWriter.LIST_ROWS
+    bundle.RowWriter.LIST_SLICE = bundle.RowWriter.BATCH = 50_000
     bundle._connect_writable = _plain_connect
 
 
