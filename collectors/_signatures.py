@@ -246,7 +246,7 @@ class Matcher:
         number to the kinds a format parser already wrote for it (those are not written twice)."""
         parsed = parsed or {}
         first_line = 1
-        carry = b""
+        carry = done = b""
         while True:
             chunk = stream.read(BLOCK_BYTES)
             data = carry + chunk
@@ -259,8 +259,9 @@ class Matcher:
                     continue
                 cut = len(data)
             block, carry = data[:cut], data[cut:]
+            first_line += done.count(b"\n")  # the lines of the block before, counted only if one follows
+            done = block
             yield from self._block(block, first_line, reference, boot, parsed)
-            first_line += block.count(b"\n")
             if not chunk:
                 return
 
