@@ -741,8 +741,9 @@ class _Reader:
         if proc is not None:
             if len(self.hosts) < 4096:
                 self.hosts.add(host)
-            self._add_channel(proc, *(m.group(k).decode() if m.group(k) else None
-                                      for k in ("ch", "src", "dst", "via", "dir")))
+            ch, src, dst, via, direction = m.group("ch", "src", "dst", "via", "dir")
+            self._add_channel(proc, ch.decode(), src.decode(), dst.decode(), via.decode(),
+                              direction.decode() if direction else None)
 
     @staticmethod
     def _add_channel(proc: _Proc, ch: str, src: str, dst: str, via: str, direction: str | None) -> None:
