@@ -721,7 +721,7 @@ class RowWriter:
     a 200 MB metrics CSV (5 million points) as fast as Arrow batches did, at 371 MB peak RSS instead of 1,360."""
 
     BATCH = 10_000
-    """Rows buffered before they go in: at most ~30 MB of parsed rows held, whatever the input's size."""
+    """Rows buffered before they go in, so what the writer holds does not grow with the input."""
     LIST_SLICE = 4096
     """List parameters go in this many rows per statement: DuckDB converts each parameter value to its own
     object first, ~3 KB a row, so 35,000 kernel events in one statement cost 100 MB of RSS at once."""
