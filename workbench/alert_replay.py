@@ -38,6 +38,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from workbench.bundle import Bundle
+from workbench.series import histogram_quantile
 
 STEP = timedelta(minutes=1)
 LOOKBACK = timedelta(minutes=5)
@@ -366,34 +367,10 @@ def _quantiles(expr: Expr, grid: Replay) -> dict[Labels, list[float | None]]:
             for le, rates in buckets:
                 if rates[i] is not None:
                     summed[le] = summed.get(le, 0.0) + rates[i]
-            q = bucket_quantile(expr.quantile, sorted(summed.items())) if summed else math.nan
+            q = histogram_quantile(expr.quantile, summed.items()) if summed else math.nan
             values.append(None if math.isnan(q) else q)
         out[key] = values
     return out
-
-
-def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
-    """Prometheus 2.x ``bucketQuantile`` over (upper bound, cumulative count) sorted by bound."""
-    if not buckets or not math.isinf(buckets[-1][0]):
-        return math.nan
-    counts, top = [], -math.inf
-    for _, count in buckets:
-        top = max(top, count)
-        counts.append(top)
-    if len(buckets) < 2 or counts[-1] == 0:
-        return math.nan
-    rank = q * counts[-1]
-    b = next((i for i in range(len(buckets) - 1) if counts[i] >= rank), len(buckets) - 1)
-    if b == len(buckets) - 1:
-        return buckets[-2][0]
-    if b == 0 and buckets[0][0] <= 0:
-        return buckets[0][0]
-    start, end, count = 0.0, buckets[b][0], counts[b]
-    if b > 0:
-        start = buckets[b - 1][0]
-        count -= counts[b - 1]
-        rank -= counts[b - 1]
-    return start + (end - start) * (rank / count)
 
 
 def _instant(values: list[float | None], i: int, step: timedelta) -> float | None:

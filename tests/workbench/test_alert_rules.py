@@ -201,14 +201,14 @@ def test_lead_text_says_before_or_after_detection_in_whole_minutes(fired, detect
     assert rule.lead_text == text
 
 
-def test_bucket_quantile_interpolates_inside_the_bucket_that_holds_the_rank():
+def test_the_replays_histogram_quantile_interpolates_inside_the_bucket_that_holds_the_rank():
     buckets = [(0.1, 10.0), (0.5, 60.0), (1.0, 90.0), (float("inf"), 100.0)]
     # rank 50 lies in (0.1, 0.5]: 40 of that bucket's 50 observations -> 0.1 + 0.4 x 40/50
-    assert alert_replay.bucket_quantile(0.5, buckets) == pytest.approx(0.42)
+    assert alert_replay.histogram_quantile(0.5, buckets) == pytest.approx(0.42)
     # rank 99 lies in +Inf: Prometheus answers the highest finite bound
-    assert alert_replay.bucket_quantile(0.99, buckets) == 1.0
-    assert alert_replay.bucket_quantile(0.5, [(0.1, 0.0), (float("inf"), 0.0)]) != \
-        alert_replay.bucket_quantile(0.5, [(0.1, 0.0), (float("inf"), 0.0)])  # NaN: no observations
+    assert alert_replay.histogram_quantile(0.99, buckets) == 1.0
+    assert alert_replay.histogram_quantile(0.5, [(0.1, 0.0), (float("inf"), 0.0)]) != \
+        alert_replay.histogram_quantile(0.5, [(0.1, 0.0), (float("inf"), 0.0)])  # NaN: no observations
 
 
 def test_quantile_form_sums_bucket_rates_by_its_labels():
