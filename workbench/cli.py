@@ -34,10 +34,12 @@ class _Parser(argparse.ArgumentParser):
                   if " " in self.prog else f"gpuwb: error: {message} (see gpuwb --help)\n")
 
 
-def _commands() -> list:
+def _commands(only: str | None = None) -> list:
     found = []
     for info in pkgutil.iter_modules(workbench.commands.__path__):
         if info.name.startswith("_"):  # helpers of the commands (argparse types), not commands
+            continue
+        if only is not None and info.name != only:
             continue
         module = importlib.import_module(f"workbench.commands.{info.name}")
         if hasattr(module, "NAME"):
@@ -46,21 +48,32 @@ def _commands() -> list:
     return sorted(found, key=lambda m: (rank.get(m.NAME, 99), m.NAME))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every sub-command, or with ``only`` that one alone: a run parses its own arguments without importing
+    the other commands' modules and what their arguments need (capture's imports every collector)."""
     parser = _Parser(prog="gpuwb", description="GPU incident workbench: capture evidence, find the root cause, "
                      "write the postmortem.")
     parser.add_argument("--version", action="version", version=f"gpuwb {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in _commands():
+    for module in _commands(only):
         cmd = sub.add_parser(module.NAME, help=module.HELP, description=module.__doc__)
         module.add_arguments(cmd)
         cmd.set_defaults(_run=module.run)
     return parser
 
 
+def _parser_for(words: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser of the sub-command the first word names, else the whole one (--help, --version, a typo)."""
+    name = words[0] if words else ""
+    if name and not name.startswith("-") and any(m.NAME == name for m in _commands(only=name)):
+        return build_parser(only=name)
+    return build_parser()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser_for(words)
+    args = parser.parse_args(words)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
