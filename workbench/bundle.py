@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import duckdb
-import pyarrow as pa
 
 from collectors.base import (
     Event,
@@ -581,6 +580,8 @@ class Bundle:
 
     def verify(self) -> list[str]:
         """Re-hash every artifact and the root digest. Returns one line per problem; empty when intact."""
+        import pyarrow as pa  # deferred: ~0.1 s to import, and only compressed chunks need it
+
         problems: list[str] = []
         for art, blocks in self._artifacts_with_bytes(self.artifacts()):
             digest = hashlib.sha256()
@@ -692,6 +693,8 @@ def _pack(block: bytes) -> tuple[bytes, str | None]:
     time; blocks that do not shrink are kept as they are."""
     if len(block) < 512:
         return block, None
+    import pyarrow as pa  # deferred: ~0.1 s to import; commands that read no raw bytes skip it
+
     packed = pa.compress(block, codec="zstd", asbytes=True)
     return (packed, "zstd") if len(packed) < len(block) else (block, None)
 
@@ -701,6 +704,8 @@ def _unpack(data: bytes, codec: str | None, raw_size: int) -> bytes:
         return data
     if codec != "zstd":
         raise BundleError(f"unknown chunk codec {codec!r} (a damaged bundle?)")
+    import pyarrow as pa  # deferred: see _pack
+
     out = pa.decompress(data, decompressed_size=raw_size, codec="zstd", asbytes=True)
     if len(out) != raw_size:
         raise BundleError("a stored chunk expands to the wrong size (a damaged bundle?)")
