@@ -19,6 +19,7 @@ import math
 import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from typing import BinaryIO
 
 from collectors import _metric_vocabulary as vocabulary
@@ -39,6 +40,8 @@ HOST_COLUMNS = ("host", "hostname", "node", "nodename")
 NOT_OURS = ("pci.bus_id", "utilization.gpu", "[mib]", "[%]", "memory.used")
 """Header words of ``nvidia-smi --query-gpu`` CSV, which the GPU collectors read."""
 ROLE_ROWS = 20
+_FIELD_LIMIT = csv.field_size_limit()
+"""csv.reader refuses a longer cell; a line this short cannot hold one."""
 
 _BENCH_START = re.compile(r"^\s*=+\s*(?P<title>[^=]*?(?:Result|Benchmark)[^=]*?)\s*=+\s*$", re.I)
 _BENCH_RULE = re.compile(r"^\s*=+\s*$")
@@ -178,17 +181,26 @@ def _parse_csv(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
         for n, line in numbered:
             yield n, _cells(line, delimiter)
 
+    # a long-format CSV repeats each time stamp and series name on many rows: each is read once
+    when_of = lru_cache(maxsize=4096)(parse_time)
+
+    @lru_cache(maxsize=4096)
+    def metric_of(name: str, reason: str) -> str | None:
+        return vocabulary.canonical(name, {"finished_reason": reason} if reason else None) or \
+            (vocabulary.canonical_from_words(name) if long_form else None)
+
+    reason_col = max((i for i in labels if header[i] == "finished_reason"), default=None)  # the label kept
     for n, cells in rows():
         if len(cells) != len(header):
             yield Skipped(n, f"expected {len(header)} columns, found {len(cells)}")
             continue
-        when = parse_time(cells[time_col])
+        when = when_of(cells[time_col])
         if when is None:
             yield Skipped(n, f"unreadable time {cells[time_col][:40]!r}")
             continue
-        row_labels = {header[i]: cells[i].strip() for i in labels if cells[i].strip()}
         host = (cells[host_col].strip() if host_col is not None else None) or \
             (host_of(cells[instance_col]) if instance_col is not None else None) or ctx.host
+        reason = cells[reason_col].strip() if reason_col is not None else ""
         for i in values:
             text = cells[i].strip()
             if not text:
@@ -197,19 +209,21 @@ def _parse_csv(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
             if value is None:
                 yield Skipped(n, f"not a finite number in column {header[i][:40]!r}")
                 continue
-            if long_form:
-                name = cells[name_col].strip() or "value"
-                metric = vocabulary.canonical(name, row_labels) or vocabulary.canonical_from_words(name)
-                stored = vocabulary.tag(name, row_labels, metric)
-            else:
-                name = header[i]
-                stored = vocabulary.tag(name, row_labels)
+            name = (cells[name_col].strip() or "value") if long_form else header[i]
+            stored = {header[j]: cell for j in labels if (cell := cells[j].strip())}
+            if "metric" in stored:  # as vocabulary.tag: a source label called metric is kept as exported_metric
+                stored["exported_metric"] = stored.pop("metric")
+            if metric := metric_of(name, reason):
+                stored["metric"] = metric
+            if not long_form:
                 for key, label in column_labels[i].items():
                     stored.setdefault(key, label)
             yield SeriesPoint(ts=when, name=name, value=value, host=host, labels=stored)
 
 
 def _cells(line: str, delimiter: str) -> list[str]:
+    if '"' not in line and "\r" not in line and "\n" not in line and len(line) <= _FIELD_LIMIT:
+        return line.split(delimiter)  # what csv.reader makes of a line without quotes or line breaks
     try:
         return next(csv.reader([line], delimiter=delimiter))
     except (csv.Error, StopIteration):
