@@ -295,16 +295,15 @@ class _Prefilter:
         self.masks = [(np.uint64(mask), np.array(sorted(vals), dtype=np.uint64)) for mask, vals in by_mask.items()]
         self.windows = _windows_regex(plain, sorted(narrowed - plain), anchors)
 
-    def scan(self, block: bytes) -> tuple[Any, Any]:
-        """(newline positions, sorted positions inside the candidate lines) of one block."""
-        np = self.np
+    def scan(self, block: bytes) -> list[int]:
+        """Sorted positions inside the candidate lines of one block."""
         if self.windows is not None:
             from collectors._signatures import spans
 
             found = spans(self.windows, block, RE2_BLOCK_HITS + 1)
             if len(found) <= RE2_BLOCK_HITS:
-                hits = np.array([start for start, _ in found], dtype=np.int64)
-                return np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10), hits
+                return [start for start, _ in found]
+        np = self.np
         padded = b"\n\n\n" + block + b"\n" * 8
         arr = np.frombuffer(padded, dtype=np.uint8)[3:3 + len(block)]
         words = np.ndarray(shape=(len(block),), dtype="<u8", buffer=padded, offset=0, strides=(1,))
@@ -313,18 +312,19 @@ class _Prefilter:
         for anchor in self.anchors[1:]:
             np.bitwise_or(hit, np.equal(arr, anchor, out=scratch), out=hit)
         pos = np.flatnonzero(hit)
-        newlines = np.flatnonzero(arr == 10)
         if not pos.size:
-            return newlines, pos
+            return []
         vals = words[pos]
         found = np.zeros(pos.size, dtype=bool)
         for mask, allowed in self.masks:
             found |= np.isin(vals & mask, allowed)
-        return newlines, pos[found]
+        return pos[found].tolist()
 
 
 class _Parser:
-    """State of one artifact's parse: block reading, line numbers, neighbour times, the classifier."""
+    """State of one artifact's parse: block reading, line numbers, neighbour times, the classifier.
+    A block's lines are addressed by their start offset and their index in the block: only candidate
+    lines and the few around them are ever located, never every line of a block."""
 
     def __init__(self, kind: str, ctx: ParseContext) -> None:
         self.kind = kind
@@ -364,12 +364,19 @@ class _Parser:
                     chunk = following
                     continue
                 chunk, skipping = chunk[nl + 1:], False
-            data = carry + chunk if carry else chunk
-            carry = b""
             if not following:
+                data = carry + chunk if carry else chunk
                 if data:
                     line += (yield from self._block(data, line)) + (0 if data.endswith(b"\n") else 1)
                 break
+            cut = _safe_cut(chunk)
+            if cut:  # the usual case, a block made with one copy: carry + the chunk up to the cut
+                block, carry, chunk = b"".join((carry, memoryview(chunk)[:cut])), chunk[cut:], following
+                line += yield from self._block(block, line)
+                self.ctx.lines_read = line - 1
+                continue
+            data = carry + chunk if carry else chunk
+            carry = b""
             chunk = following
             cut = _safe_cut(data)
             if cut == 0:
@@ -392,39 +399,47 @@ class _Parser:
     def _block(self, block: bytes, first_line: int) -> Iterator[Row]:
         """Rows of one block; returns (through StopIteration) how many newlines it holds."""
         np = self.np
-        newlines, hits = self.prefilter.scan(block)
-        starts = np.concatenate(([0], newlines + 1))
+        newline = np.frombuffer(block, dtype=np.uint8) == 10
         bad: set[int] = set()
-        for idx, reason in self._bad_lines(block, newlines):
+        for idx, reason in self._bad_lines(block, newline):
             if idx not in bad:
                 bad.add(idx)
                 yield Skipped(first_line + idx, reason)
-        first_long = int(newlines[0]) if newlines.size else len(block)
-        if first_long > MAX_LINE_BYTES and 0 not in bad:
+        first_end = block.find(b"\n")
+        if (first_end if first_end >= 0 else len(block)) > MAX_LINE_BYTES and 0 not in bad:
             bad.add(0)
             yield Skipped(first_line, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
-        if not hits.size:
-            return newlines.size
-        heads: list[int] = []
-        seen: set[int] = set()
-        for idx in np.unique(np.searchsorted(newlines, hits)).tolist():
-            head = self._head_of(block, starts, idx)
-            if head not in seen and head not in bad:
-                seen.add(head)
-                heads.append(head)
-        heads.sort()
-        for idx in heads:
-            text, used = self._record_text(block, starts, newlines, idx, bad)
-            if text is None:
-                continue
-            yield from self._record(text, first_line + idx, block, starts, idx)
-        return newlines.size
+        for idx, start in self._heads(block, newline, bad):
+            text = self._record_text(block, start, idx, bad)
+            if text is not None:
+                yield from self._record(text, first_line + idx, block, start, idx)
+        return int(np.count_nonzero(newline))
 
-    def _bad_lines(self, block: bytes, newlines: Any) -> Iterator[tuple[int, str]]:
+    def _heads(self, block: bytes, newline: Any, bad: set[int]) -> list[tuple[int, int]]:
+        """(index, start) of each record holding a prefilter hit, in order: newlines are counted only
+        between candidate lines, so a block's other lines cost nothing but the one compare above."""
+        count_nonzero = self.np.count_nonzero
+        heads: set[tuple[int, int]] = set()
+        idx = counted_to = 0
+        last = -1
+        for pos in self.prefilter.scan(block):
+            start = block.rfind(b"\n", 0, pos) + 1
+            if start == last:
+                continue
+            last = start
+            idx += int(count_nonzero(newline[counted_to:start]))
+            counted_to = start
+            head = self._head_of(block, start, idx)
+            if head[0] not in bad:
+                heads.add(head)
+        return sorted(heads)
+
+    def _bad_lines(self, block: bytes, newline: Any) -> Iterator[tuple[int, str]]:
         """Lines that are not text: NUL bytes or invalid UTF-8 (found without decoding good blocks)."""
         np = self.np
         if b"\x00" in block:
             arr = np.frombuffer(block, dtype=np.uint8)
+            newlines = np.flatnonzero(newline)
             for idx in np.unique(np.searchsorted(newlines, np.flatnonzero(arr == 0))).tolist():
                 yield idx, "binary data (NUL bytes)"
         if block.isascii():
@@ -435,6 +450,7 @@ class _Parser:
         except UnicodeDecodeError:
             pass
         arr = np.frombuffer(block, dtype=np.uint8)
+        newlines = np.flatnonzero(newline)
         starts = np.concatenate(([0], newlines + 1))
         for idx in np.unique(np.searchsorted(newlines, np.flatnonzero(arr >= 0x80))).tolist():
             end = int(newlines[idx]) if idx < newlines.size else len(block)
@@ -443,53 +459,49 @@ class _Parser:
             except UnicodeDecodeError:
                 yield idx, "not UTF-8 text"
 
-    def _head_of(self, block: bytes, starts: Any, idx: int) -> int:
+    @staticmethod
+    def _head_of(block: bytes, start: int, idx: int) -> tuple[int, int]:
         """An indented line continues the record above it (dmesg prints multi-line messages so)."""
-        head = idx
-        while head > 0 and idx - head < CONTINUATION_LINES and block[int(starts[head]):int(starts[head]) + 1] in (
-                b" ", b"\t"):
+        head, pos = idx, start
+        while head > 0 and idx - head < CONTINUATION_LINES and block[pos:pos + 1] in (b" ", b"\t"):
+            pos = block.rfind(b"\n", 0, pos - 1) + 1
             head -= 1
         if head != idx:
-            pre, _ = split_prefix(self._line(block, starts, head))
+            pre, _ = split_prefix(_line(block, pos))
             if pre.style not in ("mono", "ctime", "iso"):
-                return idx
-        return head
+                return idx, start
+        return head, pos
 
     @staticmethod
-    def _line(block: bytes, starts: Any, idx: int) -> str:
-        start = int(starts[idx])
-        end = int(starts[idx + 1]) - 1 if idx + 1 < len(starts) else len(block)
-        return block[start:end].decode("utf-8", "replace").rstrip("\r\n")
-
-    def _record_text(self, block: bytes, starts: Any, newlines: Any, idx: int,
-                     bad: set[int]) -> tuple[str | None, int]:
-        start = int(starts[idx])
-        end = int(newlines[idx]) if idx < newlines.size else len(block)
+    def _record_text(block: bytes, start: int, idx: int, bad: set[int]) -> str | None:
+        """A record's line with its indented continuation lines joined on; None for an overlong line."""
+        end = block.find(b"\n", start)
+        end = len(block) if end < 0 else end
         if end - start > MAX_LINE_BYTES:
-            return None, 0
+            return None
         text = block[start:end].decode("utf-8", "replace").rstrip("\r")
-        used = 0
         nxt = idx + 1
-        while used < CONTINUATION_LINES and nxt < len(starts) and nxt not in bad:
-            s = int(starts[nxt])
+        while nxt - idx <= CONTINUATION_LINES and end < len(block) and nxt not in bad:
+            s = end + 1
             if block[s:s + 1] not in (b" ", b"\t"):
                 break
-            e = int(newlines[nxt]) if nxt < newlines.size else len(block)
+            e = block.find(b"\n", s)
+            e = len(block) if e < 0 else e
             if e - s > 4096:
                 break
             text += " " + block[s:e].decode("utf-8", "replace").strip()
-            used += 1
             nxt += 1
-        return text, used
+            end = e
+        return text
 
-    def _record(self, text: str, line: int, block: bytes, starts: Any, idx: int) -> Iterator[Row]:
+    def _record(self, text: str, line: int, block: bytes, start: int, idx: int) -> Iterator[Row]:
         pre, message = split_prefix(text)
         if pre.ident is not None and pre.ident != "kernel":
             yield from self._known(pre, message, line, set())  # another program's line in a system log
             return
         stamp = resolve(pre, self.ctx, use_boot=self.kind != "pstore")
         if pre.style == "none":
-            stamp = self._neighbour(block, starts, idx)
+            stamp = self._neighbour(block, start, idx)
         elif stamp.ts is not None or pre.style != "mono":
             self.last_stamp = stamp
         if self.boot_cut is not None and stamp.ts is not None and stamp.ts >= self.boot_cut:
@@ -498,7 +510,7 @@ class _Parser:
         if (when := exact(stamp)) is not None and (host or "") not in self.referenced:
             self.referenced.add(host or "")
             self.ctx.learn_reference_time(host or self.ctx.host, when)
-        following = _following(block, starts, idx)
+        following = _following(block, start)
         rec = Record(message=message.strip(), stamp=stamp, host=host, line=line, level=pre.level,
                      following=following)
         written: set[str] = set()
@@ -528,32 +540,45 @@ class _Parser:
                         ts_origin=stamp.origin, host=pre.host)
         yield event_of(sig, attrs, framed, message)
 
-    def _neighbour(self, block: bytes, starts: Any, idx: int) -> Stamp:
-        """A line without a time takes the nearest dated line's time, marked approximate."""
+    def _neighbour(self, block: bytes, start: int, idx: int) -> Stamp:
+        """A line without a time takes the nearest dated line's time, marked approximate: the
+        NEIGHBOUR_LINES lines above it in the block, else the last dated record, else the lines below."""
         found = None
-        for other in range(idx - 1, max(-1, idx - 1 - NEIGHBOUR_LINES), -1):
-            pre, _ = split_prefix(self._line(block, starts, other))
+        pos = start
+        for _ in range(min(idx, NEIGHBOUR_LINES)):
+            pos = block.rfind(b"\n", 0, pos - 1) + 1
+            pre, _ = split_prefix(_line(block, pos))
             if pre.style in STAMPED:
                 found = resolve(pre, self.ctx, use_boot=self.kind != "pstore")
                 break
         if found is None:
             found = self.last_stamp
-        if found is None:
-            for other in range(idx + 1, min(len(starts), idx + 1 + NEIGHBOUR_LINES)):
-                pre, _ = split_prefix(self._line(block, starts, other))
-                if pre.style in STAMPED:
-                    found = resolve(pre, self.ctx, use_boot=self.kind != "pstore")
-                    break
+        pos = start
+        for _ in range(NEIGHBOUR_LINES if found is None else 0):
+            pos = block.find(b"\n", pos) + 1
+            if pos == 0:
+                break
+            pre, _ = split_prefix(_line(block, pos))
+            if pre.style in STAMPED:
+                found = resolve(pre, self.ctx, use_boot=self.kind != "pstore")
+                break
         if found is None:
             return Stamp()
         return Stamp(found.ts, "neighbour", True, None)
 
 
-def _following(block: bytes, starts: Any, idx: int):
-    """The text after a record (a hung task's call trace), read only if a handler asks for it."""
+def _line(block: bytes, start: int) -> str:
+    """The line of ``block`` that starts at ``start``, without its line end."""
+    end = block.find(b"\n", start)
+    return block[start:len(block) if end < 0 else end].decode("utf-8", "replace").rstrip("\r\n")
+
+
+def _following(block: bytes, start: int):
+    """The text after a record's line (a hung task's call trace), read only if a handler asks for it."""
     def read() -> str:
-        start = int(starts[idx + 1]) if idx + 1 < len(starts) else len(block)
-        return block[start:start + 4096].decode("utf-8", "replace")
+        end = block.find(b"\n", start)
+        after = len(block) if end < 0 else end + 1
+        return block[after:after + 4096].decode("utf-8", "replace")
 
     return read
 

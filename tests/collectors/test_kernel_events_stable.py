@@ -87,8 +87,7 @@ def test_noisy_mix_has_events_beyond_links():
 
 
 def _candidate_lines(prefilter: kernel._Prefilter, data: bytes) -> list[int]:
-    newlines, hits = prefilter.scan(data)
-    return sorted(set(prefilter.np.searchsorted(newlines, hits).tolist()))
+    return sorted({data.count(b"\n", 0, hit) for hit in prefilter.scan(data)})
 
 
 def _numpy_rows(monkeypatch, name: str, data: bytes) -> dict[str, Any]:
