@@ -47,6 +47,13 @@ STORED_CHUNK_BYTES = 32 << 10
 transaction in memory even once their row group is written, so a log that zstd shrinks 9x is cut into
 chunks of a few hundred KiB (raw) instead. Incompressible bytes stay at CHUNK_BYTES. Not more: a
 row group needs ROW_GROUP_ROWS chunks to be written (a 64 KiB target: 1 GiB of log, 610 MB RSS)."""
+VACUUM_TASKS = 0
+"""Row groups a checkpoint may merge: none. Each ingest commit that holds fewer than ROW_GROUP_ROWS chunks
+(a folder of small rank logs) leaves a partial row group, and DuckDB's checkpoint vacuum merges runs of
+them by reading their BLOBs back into memory, more as the table grows: 512 rank logs of 1 GiB in all
+peaked at 380 MB (one checkpoint rewrote most of the chunk table, the one at close again), 216 MB without
+(128 MiB: 200 MB). A bundle only deletes the few rows a re-derivation or a duplicate drops: nothing
+worth reclaiming."""
 MAX_CHUNK_BYTES = 1 << 20
 STORE_BATCH_BYTES = 4 << 20
 """Raw bytes read and inserted per statement, not a query per chunk."""
@@ -112,6 +119,7 @@ def _connect_writable(path: Path) -> duckdb.DuckDBPyConnection:
         con.execute(f"ATTACH ? AS bundle (ROW_GROUP_SIZE {ROW_GROUP_ROWS})", [str(path)])
         con.execute("USE bundle")
         con.execute("SET write_buffer_row_group_count = 1")
+        con.execute(f"SET max_vacuum_tasks = {VACUUM_TASKS}")
     except BaseException:
         con.close()
         raise
