@@ -370,8 +370,9 @@ class _Reader:
         self.hosts: set[str] = set()
         self.learned: set[str] = set()
         self.checked = 0
-        self.block: list[bytes] = []
-        self.block_base = 0
+        self.block = b""
+        self.line_start = 0
+        """the block being read, and where in it the line being read starts (a write failure looks back)"""
         self.step_marks: dict[tuple[int | None, Any], int] = {}
         self.step_count: Counter[tuple[int | None, Any]] = Counter()
         self.step_stride: dict[tuple[int | None, Any], list[int]] = {}
@@ -411,45 +412,44 @@ class _Reader:
         yield from self._finish()
 
     def _block(self, data: bytes, end: int, base: int) -> Iterator[Row]:
-        """Read the lines of ``data[:end]`` that the prefilter selects; returns the line count after them."""
-        lines = data[:end].split(b"\n")
-        lines.pop()
-        self.block, self.block_base = lines, base
-        giants = set()
-        if max(map(len, lines), default=0) > MAX_LINE_BYTES:
-            giants = {i for i, line in enumerate(lines) if len(line) > MAX_LINE_BYTES}
-            for i in sorted(giants):
-                yield Skipped(base + i + 1, "line longer than 1 MiB")
-        gap = 0
-        known_i = known_off = 0
-        i = 0
+        """Read the lines of ``data[:end]`` that the prefilter selects; returns the line count after them.
+        A line is found by its offset, the block is never split into lines (a list of every line cost
+        more than the prefilter itself on a block of NCCL INFO lines)."""
+        self.block = data
+        giants = _giant_starts(data, end) if end > MAX_LINE_BYTES else []
+        for start in giants:
+            yield Skipped(base + data.count(b"\n", 0, start) + 1, "line longer than 1 MiB")
+        gap = pos = counted = 0
+        lineno = base
         if self.cont is not None:
-            i = yield from self._follow(lines, 0, base)
-            known_i = i
-            known_off = gap = sum(map(len, lines[:i])) + i
-        for hit in _hit_lines(data, end):
-            if hit < i or hit in giants:
+            pos = gap = yield from self._follow(data, 0, end, base + 1)
+        for start in _hit_starts(data, end):
+            lineno += data.count(b"\n", counted, start)
+            counted = start
+            if start < pos or (giants and start in giants):
                 continue
-            off = known_off + sum(map(len, lines[known_i:hit])) + (hit - known_i)
-            known_i, known_off = hit, off
-            if off > gap and (self.waiting or not _DATED.match(lines[hit])):
-                yield from self._date_gap(data, gap, off)
-            yield from self._line(base + hit + 1, lines[hit])
-            i = hit + 1
+            stop = data.find(b"\n", start, end)
+            if start > gap and (self.waiting or not _DATED.match(data, start, stop)):
+                yield from self._date_gap(data, gap, start)
+            self.line_start = start
+            yield from self._line(lineno + 1, data[start:stop])
+            pos = stop + 1
             if self.cont is not None:
-                i = yield from self._follow(lines, i, base)
-            gap = known_off + sum(map(len, lines[known_i:i])) + (i - known_i)
-            known_i, known_off = i, gap
+                pos = yield from self._follow(data, pos, end, lineno + 2)
+            gap = pos
         if gap < end:
             yield from self._date_gap(data, gap, end)
-        return base + len(lines)
+        return lineno + data.count(b"\n", counted, end)
 
-    def _follow(self, lines: list[bytes], i: int, base: int) -> Iterator[Row]:
-        """A continuation is open: every next line goes to it, selected or not, until it closes."""
-        while self.cont is not None and i < len(lines):
-            yield from self._line(base + i + 1, lines[i])
-            i += 1
-        return i
+    def _follow(self, data: bytes, pos: int, end: int, lineno: int) -> Iterator[Row]:
+        """A continuation is open: every next line (the first at ``pos``, numbered ``lineno``) goes to it,
+        selected or not, until it closes. Returns where the lines it did not take begin."""
+        while self.cont is not None and pos < end:
+            stop = data.find(b"\n", pos, end)
+            self.line_start = pos
+            yield from self._line(lineno, data[pos:stop])
+            pos, lineno = stop + 1, lineno + 1
+        return pos
 
     # -- time of the lines in between ---------------------------------------------------------------------------
 
@@ -628,8 +628,7 @@ class _Reader:
         failure = storage.write_failure(rest)
         if failure is None:
             return None
-        at = lineno - 1 - self.block_base
-        before = self.block[max(0, at - _CKPT_LOOKBACK):max(0, at)] if 0 <= at <= len(self.block) else []
+        before = _lines_before(self.block, self.line_start, _CKPT_LOOKBACK)
         saving = failure["checkpoint_api"] or bool(_CKPT_CONTEXT.search(rest.encode("utf-8", "replace"))) or any(
             _CKPT_CONTEXT.search(line) for line in before)
         attrs = {key: value for key, value in failure.items() if key != "checkpoint_api" and value is not None}
@@ -1003,7 +1002,12 @@ def _summary_text(finding: Finding) -> str | None:
 
 
 def _hit_lines(data: bytes, end: int) -> list[int]:
-    """Indexes of the lines worth decoding, in order: one RE2 pass over the block (_hits_regex) for the NCCL
+    """Indexes of the lines worth decoding, in order (see _hit_starts)."""
+    return _line_numbers(data, _hit_starts(data, end))
+
+
+def _hit_starts(data: bytes, end: int) -> list[int]:
+    """Offsets of the lines worth decoding, in order: one RE2 pass over the block (_hits_regex) for the NCCL
     INFO lines topology needs and everything else, a hit of the rest counting only off NCCL INFO lines."""
     from collectors._signatures import spans
 
@@ -1013,7 +1017,33 @@ def _hit_lines(data: bytes, end: int) -> list[int]:
         line = rfind(b"\n", 0, start) + 1
         if data.startswith(b"NCCL INFO ", start) or find(b"NCCL INFO", line, find(b"\n", start, end)) < 0:
             starts.add(line)
-    return _line_numbers(data, sorted(starts))
+    return sorted(starts)
+
+
+def _giant_starts(data: bytes, end: int) -> list[int]:
+    """Offsets of the lines of ``data[:end]`` (which ends with a newline) longer than MAX_LINE_BYTES: a
+    window of MAX_LINE_BYTES + 1 bytes without a newline holds one, else the lines up to its last newline fit."""
+    found = []
+    pos = 0
+    while pos < end:
+        newline = data.rfind(b"\n", pos, min(end, pos + MAX_LINE_BYTES + 1))
+        if newline < 0:
+            found.append(pos)
+            newline = data.find(b"\n", pos, end)
+        pos = newline + 1
+    return found
+
+
+def _lines_before(data: bytes, start: int, count: int) -> list[bytes]:
+    """Up to ``count`` lines of ``data`` before the line that starts at ``start``."""
+    if start <= 0:
+        return []
+    cut = start - 1
+    for _ in range(count):
+        cut = data.rfind(b"\n", 0, cut)
+        if cut < 0:
+            break
+    return data[cut + 1:start - 1].split(b"\n")
 
 
 @cache
