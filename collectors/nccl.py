@@ -193,7 +193,7 @@ def iso_stamp(text: str) -> _Stamp | None:
 
 # -- NCCL's own lines ------------------------------------------------------------------------------------------
 
-_NCCL_HDR = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+_NCCL_HDR = re.compile(r"(?<![\w.\-])(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
                        r"(?:(?P<src>[^\s]+?:\d+)(?: \((?P<func>[^)]*)\))? )?"
                        r"NCCL (?P<lvl>INFO|WARN|ERROR|ABORT|TRACE|CALL)(?: |$)")
 _NCCL_BARE = re.compile(r"(?:(?P<src>[^\s]+?:\d+) )?NCCL (?P<lvl>WARN|ERROR|ABORT) (?P<msg>.*)")
@@ -238,6 +238,18 @@ _NET_WORDS = re.compile(r"NET/|\bIB\b|ibv_|[Ss]ocket|[Bb]ootstrap|[Cc]onnect|[Pp
 _STRONG = re.compile(r"WorkNCCL\(|Watchdog caught|NCCL (?:WARN|ERROR|ABORT)|Init COMPLETE|CUDA error|exitcode|"
                      r"NCCL error")
 """Markers that mean a line should have parsed: one that did not was cut or garbled, and is counted."""
+
+
+def _nccl_headers(text: str) -> list[re.Match[str]]:
+    """The NCCL headers in a message, as ``finditer`` finds them: after one, the next is looked for only when
+    `` NCCL `` follows it (lines of two processes run together). A header starts where a host name does (the
+    lookbehind), so a search is not retried at every character of every word."""
+    found = []
+    m = _NCCL_HDR.search(text)
+    while m is not None:
+        found.append(m)
+        m = _NCCL_HDR.search(text, m.end()) if text.find(" NCCL ", m.end()) >= 0 else None
+    return found
 
 
 def nccl_bus_id(text: str) -> str | None:
@@ -497,6 +509,9 @@ class _Reader:
     def _prefix(self, text: str) -> _Prefix:
         """Strip launcher prefixes and timestamps off the front of a line, remembering what they said."""
         out = _Prefix(rest=text)
+        first = text.lstrip()[:1]
+        if not (first.isdigit() or first == "[" or "A" <= first <= "Z"):
+            return out  # every prefix starts with a digit, '[' or a capital (an NCCL line with its host does not)
         pos = 0
         for _ in range(8):
             m = _PREFIX.match(text, pos)
@@ -588,7 +603,7 @@ class _Reader:
 
     def _message(self, lineno: int, text: str, pre: _Prefix) -> Iterator[Row]:
         rest = pre.rest
-        headers = list(_NCCL_HDR.finditer(rest)) if " NCCL " in rest else []
+        headers = _nccl_headers(rest) if " NCCL " in rest else []
         if headers:
             for k, m in enumerate(headers):
                 end = headers[k + 1].start() if k + 1 < len(headers) else len(rest)
@@ -674,26 +689,27 @@ class _Reader:
         self.places.header(pre.rank, host, pid, dev, pre.local_rank)
         key = (host, pid, tid)
         if level == "INFO":
-            if c := _CHAIN.match(msg):
+            if " -> " in msg and (c := _CHAIN.match(msg)):
                 yield from self._chain(lineno, text, pre, key, dev, c)
                 return
             if key in self.chains:
                 yield from self._out(self.chains.pop(key).event)
             if proc is None:
                 return
-            if c := _INIT.search(msg):
+            # Each pattern is tried only when its literal is in the message (a substring test, not a search).
+            if "comm 0x" in msg and (c := _INIT.search(msg)):
                 yield from self._init(lineno, proc, tid, c, msg)
-            elif c := _VERSION.search(msg):
+            elif "NCCL version " in msg and (c := _VERSION.search(msg)):
                 proc.version = c.group("v")
                 yield from self._tell_version(host, proc.version)
-            elif c := _CHANNEL.search(msg):
+            elif "Channel " in msg and (c := _CHANNEL.search(msg)):
                 self._add_channel(proc, c.group("ch"), c.group("src"), c.group("dst"), c.group("via"), c.group("dir"))
-            elif c := _NET_USING.search(msg):
+            elif "NET/" in msg and (c := _NET_USING.search(msg)):
                 proc.net, proc.net_devices = c.group("net"), c.group("devs").strip()[:300]
                 proc.oob = c.group("oob") or proc.oob
-            elif c := _BOOTSTRAP.search(msg):
+            elif "Bootstrap" in msg and (c := _BOOTSTRAP.search(msg)):
                 proc.oob = c.group("oob")
-            elif c := _NETWORK.search(msg):
+            elif "Using network " in msg and (c := _NETWORK.search(msg)):
                 proc.net = c.group("net")
             return
         if level in ("TRACE", "CALL"):
@@ -761,7 +777,7 @@ class _Reader:
             self.comms_total += 1
             comm = proc.comms[comm_ptr] = _Comm(rank, nranks, lineno)
         for name, pattern in _INIT_FIELDS.items():
-            if f := pattern.search(msg):
+            if name in msg and (f := pattern.search(msg)):
                 comm.fields[name] = f.group("v")
         gpu = nccl_bus_id(comm.fields["busId"]) if "busId" in comm.fields else None
         if gpu and "cudaDev" in comm.fields and comm.fields["cudaDev"].isdigit():
