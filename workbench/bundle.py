@@ -7,7 +7,6 @@ open for writing gets a one-line ``BundleBusy`` message instead of a lock traceb
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -19,19 +18,10 @@ from typing import Any, BinaryIO
 
 import duckdb
 
-from collectors.base import (
-    Event,
-    GpuInventory,
-    GpuSample,
-    HostFact,
-    Row,
-    SeriesPoint,
-    Skipped,
-    Topology,
-    to_utc,
-)
+from collectors.base import Row, Skipped
 from workbench import schema
 from workbench.errors import GpuwbError
+from workbench.row_columns import TABLE_OF, Columns, columns_of, utc_naive
 
 CHUNK_BYTES = 32 << 10
 """Raw bytes are stored in chunks so that a multi-GB log is streamed, never held whole. Small enough
@@ -77,13 +67,6 @@ class BundleError(GpuwbError):
 
 class BundleBusy(BundleError):
     """Another process has the bundle open for writing."""
-
-
-def utc_naive(value: datetime | None) -> datetime | None:
-    """Bundles store naive timestamps that are UTC by convention."""
-    if value is None:
-        return None
-    return to_utc(value).replace(tzinfo=None)
 
 
 def now_utc() -> datetime:
@@ -720,9 +703,6 @@ def _unpack(data: bytes, codec: str | None, raw_size: int) -> bytes:
     return out
 
 
-_TABLE_OF = {Event: "event", GpuSample: "gpu_sample", GpuInventory: "gpu_inventory", Topology: "topology",
-             SeriesPoint: "series", HostFact: "host_inventory"}
-_JSON_FIELDS = {"attrs", "extra", "labels"}
 
 
 class RowWriter:
@@ -741,7 +721,8 @@ class RowWriter:
 
     def __init__(self, bundle: Bundle, artifact_sha: str | None) -> None:
         self.bundle = bundle
-        self.pending: dict[type, list[tuple[Any, str | None]]] = {}
+        self.pending: dict[str, list[_Segment]] = {}
+        """per table, in order: runs of rows added one by one, and columns prepared by the parse worker"""
         self._buffered = 0
         self.start(artifact_sha)
 
@@ -754,19 +735,37 @@ class RowWriter:
 
     def add(self, row: Row) -> None:
         if isinstance(row, Skipped):
-            self.skipped += 1
-            self.skip_reasons[row.reason] = self.skip_reasons.get(row.reason, 0) + 1
+            self.skip(row.reason)
             return
-        self.pending.setdefault(type(row), []).append((row, self.artifact))
-        table = _TABLE_OF[type(row)]
-        self.counts[table] = self.counts.get(table, 0) + 1
-        self._buffered += 1
-        if self._buffered >= self.BATCH:
-            self.flush()
+        table = TABLE_OF[type(row)]
+        segments = self.pending.setdefault(table, [])
+        if not segments or segments[-1][0] is not None:
+            segments.append((None, [], []))
+        segments[-1][1].append(row)
+        segments[-1][2].append(self.artifact)
+        self._count(table, 1)
 
     def add_all(self, rows: Iterable[Row]) -> None:
         for row in rows:
             self.add(row)
+
+    def add_prepared(self, tables: list[tuple[str, Columns, int]], skips: list[str]) -> None:
+        """Rows already in columns (workbench/row_columns.py ``prepared``), as if added one by one."""
+        for reason in skips:
+            self.skip(reason)
+        for table, columns, count in tables:
+            self.pending.setdefault(table, []).append((columns, [], [self.artifact] * count))
+            self._count(table, count)
+
+    def skip(self, reason: str) -> None:
+        self.skipped += 1
+        self.skip_reasons[reason] = self.skip_reasons.get(reason, 0) + 1
+
+    def _count(self, table: str, count: int) -> None:
+        self.counts[table] = self.counts.get(table, 0) + count
+        self._buffered += count
+        if self._buffered >= self.BATCH:
+            self.flush()
 
     def discard(self) -> None:
         """Forget the rows not written yet (their group is being rolled back)."""
@@ -774,32 +773,31 @@ class RowWriter:
         self._buffered = 0
 
     def flush(self) -> None:
-        for row_type, rows in self.pending.items():
-            if rows:
-                self._insert(_TABLE_OF[row_type], rows)
+        for table, segments in self.pending.items():
+            columns: Columns = {}
+            artifacts: list[str | None] = []
+            for prepared_columns, rows, shas in segments:
+                for name, values in (prepared_columns or columns_of(rows)).items():
+                    columns.setdefault(name, []).extend(values)
+                artifacts += shas
+            if artifacts:
+                self._insert(table, columns, artifacts)
         self.pending = {}
         self._buffered = 0
 
-    def _insert(self, table: str, pairs: list[tuple[Any, str | None]]) -> None:
-        rows = [row for row, _ in pairs]
-        names = [f.name for f in dataclasses.fields(rows[0])]
-        columns: dict[str, list[Any]] = {}
-        for name in names:
-            values = [getattr(r, name) for r in rows]
-            if name in _JSON_FIELDS:
-                values = [json.dumps(v, default=str) if v is not None else None for v in values]
-            elif name == "ts":
-                values = [utc_naive(v) for v in values]
-            columns[name] = values
+    def _insert(self, table: str, columns: Columns, artifacts: list[str | None]) -> None:
         if table == "event":
-            first = self.bundle.next_event_id(len(rows))
-            columns["id"] = list(range(first, first + len(rows)))
-        columns["artifact"] = [sha for _, sha in pairs]
+            first = self.bundle.next_event_id(len(artifacts))
+            columns["id"] = list(range(first, first + len(artifacts)))
+        columns["artifact"] = artifacts
         cols = ", ".join(f'"{c}"' for c in columns)
         unnested = ", ".join(f'unnest(?) AS "{c}"' for c in columns)
-        for at in range(0, len(rows), self.LIST_SLICE):
+        for at in range(0, len(artifacts), self.LIST_SLICE):
             self.bundle.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM (SELECT {unnested})",
                                     [values[at:at + self.LIST_SLICE] for values in columns.values()])
+
+
+_Segment = tuple["Columns | None", list[Row], list["str | None"]]
 
 
 def _version() -> str:

@@ -254,6 +254,7 @@ def capture(output: str | os.PathLike[str], *, since: datetime | None = None,
                                       artifacts=len(outcome.results),
                                       detail={"missing": outcome.missing})
             session.finish()
+            session.close()
             run_derivations(bundle)
             bundle.set_meta("complete", "true" if complete else "false")
             bundle.seal(complete=complete)
@@ -338,7 +339,8 @@ def _store(bundle: Bundle, session: Session, module: ModuleType, spool: Path, ho
                 captured = datetime.fromisoformat(art["captured_at"]) if art.get("captured_at") else None
                 result = session.store_and_parse(
                     lambda p=path: open(p, "rb"), name=art["source"], kind=art["kind"], module=module,
-                    host=art.get("host") or host, source=art["source"], captured_at=captured, info=art["info"])
+                    host=art.get("host") or host, source=art["source"], captured_at=captured, info=art["info"],
+                    path=path)
                 outcome.results.append(result)
     if outcome.status == "timeout":
         if outcome.results:

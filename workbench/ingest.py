@@ -10,43 +10,43 @@ rest lands; an interrupted run keeps and seals what it had committed.
 
 from __future__ import annotations
 
-import contextlib
+import collections
 import gzip
-import itertools
 import lzma
 import os
 import shutil
 import stat
 import tarfile
 import tempfile
-import threading
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import Any, BinaryIO
 
 from collectors import registry
-from collectors._signatures import STRUCTURED_KINDS
-from collectors._signatures import catalog as signature_catalog
-from collectors.base import Event, HostFact, ParseContext, Row, Skipped
+from collectors.base import HostFact
+from workbench.artifact_rows import HostClocks, ParseRequest, ParseSummary, artifact_rows
 from workbench.bundle import Bundle
 from workbench.derive import run_derivations
 from workbench.errors import GpuwbError
+from workbench.parse_worker import ParseWorker, WorkerParse
 
 SNIFF_BYTES = 64 << 10
 QUICK_SNIFF_BYTES = (4 << 10, 16 << 10)
 """Heads tried before the whole SNIFF_BYTES: a confident verdict on the first 4 KiB spares the longer passes."""
 CONFIDENT = 80
 BATCH_BYTES = 64 << 20
-OVERLAP_BYTES = 8 << 20
-"""Files from this size on are parsed while a second thread stores them (workbench/ingest.py _Store)."""
-PARSE_AHEAD_ROWS = 10_000
-"""Rows parsed while the store has not yet said whether the bytes are new: 50,000 held ~25 MB more at the
-peak of a 2 GiB quiet kernel log or a 200 MB long-format metrics CSV, for no measurable speed."""
+WORKER_BYTES = 4 << 20
+"""A file from this size on is parsed in the worker process while this one stores it (``capture``)."""
+SEND_AHEAD = 4
+"""``ingest`` offers every file to the worker this many files ahead, the one being stored included (0: none,
+everything is parsed in process)."""
+WORKER_BACKLOG = 2
+"""A file offered while the worker still has this many to answer is parsed in process instead."""
 BATCH_FILE_COST = 256 << 10
 """Commit after about 64 MiB of evidence, counting each file as at least 256 KiB of work."""
 MAX_ARCHIVE_BYTES = 32 << 30
@@ -87,6 +87,8 @@ class Item:
     open: Callable[[], BinaryIO]
     mtime: datetime | None
     cleanup: Callable[[], None] | None = None
+    path: Path | None = None
+    """where its bytes are on disk (the worker process reads them from there)"""
     unwrap: bool = False
     """its lines are a known format inside wrappers no parser reads: parse them unwrapped"""
 
@@ -106,134 +108,121 @@ ARCHIVE_DAMAGE = (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError, zlib.
 
 
 class Session:
-    """Shared state of one ingest or capture run: clocks learned from earlier files."""
+    """Shared state of one ingest or capture run: clocks learned from earlier files, and the parse worker
+    that takes big files to the second core. ``close`` once the run is over."""
 
     def __init__(self, bundle: Bundle, *, boot_time: datetime | None = None,
                  reference_time: datetime | None = None) -> None:
         self.bundle = bundle
-        self.boot_times: dict[str, datetime] = {}
-        self.uptimes: dict[str, float] = {}
-        self.reference_times: dict[str, datetime] = {}
+        self.clocks = HostClocks()
         self.default_boot = boot_time
         self.reference_time = reference_time
         self.writer = bundle.writer(None)
+        self.worker = ParseWorker()
+        self._ahead: collections.deque[WorkerParse] = collections.deque()
+        """files sent to the worker ahead of their store, oldest first"""
         self._batched = 0
         self._stats: list[tuple[int, int, int, int, int, dict[str, int]]] = []
         """parse statistics of the artifacts stored since the last commit, written with it in one UPDATE"""
         for host, key, value in bundle.con.execute(
                 "SELECT host, key, value FROM host_inventory WHERE key IN ('boot_time', 'date', 'uptime_s')"
         ).fetchall():
-            self._learn(HostFact(key, value, host=host))
+            self.clocks.learn(HostFact(key, value, host=host))
+
+    def request(self, *, name: str, kind: str, module: ModuleType | None, host: str | None,
+                captured_at: datetime | None = None, mtime: datetime | None = None,
+                unwrap: bool = False) -> ParseRequest:
+        """How a file is parsed: its parser (None: the signature catalog alone) and the rows' defaults."""
+        parsing = module is not None and hasattr(module, "parse")
+        return ParseRequest(module=module.__name__ if parsing else None, kind=kind,
+                            host=text(host) if host is not None else None, source_name=text(name),
+                            default_boot=self.default_boot, reference_time=self.reference_time, mtime=mtime,
+                            captured_at=captured_at, unwrap=unwrap)
+
+    def send_ahead(self, request: ParseRequest, path: Path | None, module: ModuleType | None) -> None:
+        """Have the worker parse ``path`` while earlier files are still being stored; ``store_and_parse``
+        must then come for it, in the order sent. Not when the worker is behind (WORKER_BACKLOG): then
+        the file is parsed here, so both cores stay busy whichever of parse and store is the slower."""
+        if self.worker.backlog() >= WORKER_BACKLOG:
+            return
+        job = self._to_worker(request, path, module)
+        if job is not None:
+            self._ahead.append(job)
+
+    def _to_worker(self, request: ParseRequest, path: Path | None, module: ModuleType | None) -> WorkerParse | None:
+        """Only a file on disk, and only for a parser the worker can import by name (a parser made up at
+        run time, as tests do, stays here)."""
+        if path is None or (module is not None and getattr(module, "__spec__", None) is None):
+            return None
+        return self.worker.parse(request, path, self.clocks)
 
     def store_and_parse(self, stream_factory: Callable[[], BinaryIO], *, name: str, kind: str,
                         module: ModuleType | None, host: str | None, source: str,
                         captured_at: datetime | None = None, mtime: datetime | None = None,
-                        info: dict[str, Any] | None = None, unwrap: bool = False) -> FileResult:
+                        info: dict[str, Any] | None = None, unwrap: bool = False,
+                        path: Path | None = None) -> FileResult:
         """Store the bytes (deduplicated), then parse them into rows (with ``unwrap``, the lines with their
-        wrappers peeled, see collectors/_framing.py). Never raises for bad content."""
-        name, source, host = text(name), text(source), text(host) if host is not None else None
+        wrappers peeled, see collectors/_framing.py). A file sent ahead, or one at ``path`` of WORKER_BYTES
+        or more, is parsed by the worker while its bytes are stored here. Never raises for bad content."""
+        request = self.request(name=name, kind=kind, module=module, host=host, captured_at=captured_at,
+                               mtime=mtime, unwrap=unwrap)
+        job = self._ahead.popleft() if self._ahead and self._ahead[0].path == path else None
+        if job is not None and (job.request != request or job.sent_clocks != self.clocks):
+            job.discard()  # an earlier file taught the clocks something since: parse it again, here
+            job = None
+        if job is None and not self._ahead and path is not None and _is_big(path):
+            job = self._to_worker(request, path, module)
+        try:
+            return self._store_and_parse(stream_factory, request, job, module, source, info)
+        finally:
+            if job is not None and not job.ended:
+                job.discard()
+
+    def _store_and_parse(self, stream_factory: Callable[[], BinaryIO], request: ParseRequest,
+                         job: WorkerParse | None, module: ModuleType | None, source: str,
+                         info: dict[str, Any] | None) -> FileResult:
+        name, host, kind = request.source_name, request.host, request.kind
+        source = text(source)
+        captured_at, mtime = request.captured_at, request.mtime
         self.bundle.begin_batch()
-        ctx = ParseContext(host=host, boot_time=self.boot_times.get(host or "", self.default_boot),
-                           reference_time=self.reference_time, mtime=mtime, source_name=name,
-                           boot_times=self.boot_times, reference_times=self.reference_times,
-                           captured_at=captured_at)
-        parsing = module is not None and hasattr(module, "parse")
-        parsed: dict[int, set[str]] = {}
         result = FileResult(path=name, kind=kind, host=host)
-        rows = self._parse(module, kind, ctx, stream_factory, host, unwrap, result) if parsing else iter(())
-        ahead: list[Row] = []
+        collector = module.NAME if module else None
         with stream_factory() as stream:
-            store = _Store(self.bundle, stream, kind=kind, source=source, collector=module.NAME if module else None,
-                           host=host, captured_at=captured_at or mtime, info=info)
-            if parsing and _size_of(stream) >= OVERLAP_BYTES:
-                ahead = store.while_parsing(rows)
-            else:
-                store.run()
-        sha, aid, is_new = store.outcome()
+            counted = _Counted(stream)
+            sha, aid, is_new = self.bundle.add_artifact(counted, kind=kind, source=source, collector=collector,
+                                                        host=host, captured_at=captured_at or mtime, info=info)
         result.sha256 = sha
-        result.size = store.counted.size  # the same bytes when they were stored before
+        result.size = counted.size  # the same bytes when they were stored before
         if not is_new:
             stored_host = self.bundle.artifact_host(aid)
             if host == stored_host or not self.bundle.add_alias(
-                    sha, kind=kind, source=source, collector=module.NAME if module else None, host=host,
+                    sha, kind=kind, source=source, collector=collector, host=host,
                     captured_at=captured_at or mtime, info=info):
                 result.status = "duplicate"
-                if parsing:
-                    rows.close()
                 return result
             result.status = "same bytes as another host's"
         writer = self.writer
         writer.start(sha)
-        if not parsing:
-            self._recognise(stream_factory, kind, ctx, {}, host, "signatures")
-            result.events = writer.counts.get("event", 0)
-            if is_new:
-                self._stats.append((aid, 0, result.events, result.events, writer.skipped, writer.skip_reasons))
-            self._maybe_commit(result.size)
-            return result
-        for row in itertools.chain(ahead, rows):
-            if isinstance(row, Event) and row.line is not None:
-                parsed.setdefault(row.line, set()).add(row.kind)
-            writer.add(row)
-        self._recognise(stream_factory, kind, ctx, parsed, host, module.NAME, unwrapped=unwrap)
-        result.lines = ctx.lines_read
+        summary = ParseSummary()
+        in_process = lambda: artifact_rows(request, stream_factory, self.clocks, summary, module)  # noqa: E731
+        if job is not None:
+            job.write(writer, summary, in_process)
+        else:
+            writer.add_all(in_process())
+        if job is not None and job.clocks is not None:
+            self.clocks = job.clocks
         result.events = writer.counts.get("event", 0)
-        result.rows = sum(writer.counts.values())
-        result.skipped = writer.skipped
-        result.skip_reasons = writer.skip_reasons
+        result.error = summary.error
+        if request.module is not None:
+            result.lines = summary.lines
+            result.rows = sum(writer.counts.values())
+            result.skipped = writer.skipped
+            result.skip_reasons = writer.skip_reasons
         if is_new:
-            self._stats.append((aid, result.lines, result.events, result.rows, result.skipped, writer.skip_reasons))
+            rows = result.rows if request.module is not None else result.events
+            self._stats.append((aid, result.lines, result.events, rows, writer.skipped, writer.skip_reasons))
         self._maybe_commit(result.size)
         return result
-
-    def _parse(self, module: ModuleType, kind: str, ctx: ParseContext, stream_factory: Callable[[], BinaryIO],
-               host: str | None, unwrap: bool, result: FileResult) -> Iterator[Row]:
-        """The parser's rows with this run's defaults (host, source, layer); host facts are learned as they
-        come, since later lines of the same file may need them. A parser error ends the rows with one."""
-        source_name = module.NAME
-        layer = getattr(module, "LAYER", None)
-        parse_stream = (lambda: _unwrapped(stream_factory, ctx.reference_for(host))) if unwrap else stream_factory
-        try:
-            with parse_stream() as stream:
-                for row in module.parse(kind, stream, ctx):
-                    if isinstance(row, Event):
-                        row.source = row.source or source_name
-                        row.layer = row.layer or layer
-                        row.host = row.host or host
-                    elif isinstance(row, HostFact):
-                        row.host = row.host or host
-                        self._learn(row)
-                    elif not isinstance(row, Skipped) and hasattr(row, "host"):
-                        row.host = row.host or host
-                    yield row
-        except Exception as exc:  # a parser bug must not lose the bundle: count it, keep the raw bytes
-            yield Skipped(ctx.lines_read or None, f"parser error: {type(exc).__name__}: {exc}"[:200])
-            result.error = f"{type(exc).__name__}: {exc}"[:200]
-
-    def _recognise(self, stream_factory: Callable[[], BinaryIO], kind: str, ctx: ParseContext,
-                   parsed: dict[int, set[str]], host: str | None, source_name: str, unwrapped: bool = False) -> None:
-        """Known messages of playbooks/signatures.yaml on every line of a text artifact, after its format
-        parser, whatever the wrapper: a line the parser already wrote the same kind for is not written again.
-        A parser that runs the catalog inline on its own candidate lines is trusted to have seen every line
-        only when it read the file as stored."""
-        if kind in STRUCTURED_KINDS or (not unwrapped and getattr(self._parser_of(kind), "SIGNATURES_INLINE", False)):
-            return
-        try:
-            with stream_factory() as stream:
-                if b"\x00" in stream.read(8192):
-                    return  # binary (a core file, an image): no lines of text to recognise
-                stream.seek(0)
-                for event in signature_catalog().scan(stream, reference=ctx.reference_for(host),
-                                                      boot=ctx.boot_time_for(host), parsed=parsed):
-                    event.source = event.source or source_name
-                    event.host = event.host or host
-                    self.writer.add(event)
-        except Exception as exc:  # a catalog bug must not lose the bundle: count it, keep the raw bytes
-            self.writer.add(Skipped(None, f"signature error: {type(exc).__name__}: {exc}"[:200]))
-
-    @staticmethod
-    def _parser_of(kind: str) -> ModuleType | None:
-        return registry.collector_for_kind(kind)
 
     def finish(self) -> None:
         """Write the rows still buffered and commit; call once after the last artifact."""
@@ -250,24 +239,14 @@ class Session:
         self.bundle.rollback_batch()
         self._batched = 0
 
+    def close(self) -> None:
+        """Stop the parse worker; the session's files are all stored."""
+        self.worker.close()
+
     def _maybe_commit(self, size: int) -> None:
         self._batched += size + BATCH_FILE_COST
         if self._batched >= BATCH_BYTES:
             self.finish()
-
-    def _learn(self, fact: HostFact) -> None:
-        """Boot time and a dated reference per host; /proc/uptime plus ``date`` give a boot time too."""
-        host = fact.host or ""
-        with contextlib.suppress(ValueError):
-            if fact.key == "uptime_s":
-                self.uptimes[host] = float(fact.value)
-            elif fact.key in ("boot_time", "date"):
-                when = datetime.fromisoformat(fact.value)
-                when = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
-                target = self.boot_times if fact.key == "boot_time" else self.reference_times
-                target.setdefault(host, when)
-        if host not in self.boot_times and host in self.uptimes and host in self.reference_times:
-            self.boot_times[host] = self.reference_times[host] - timedelta(seconds=self.uptimes[host])
 
 
 def ingest_paths(bundle: Bundle, paths: list[str], *, kind: str | None = None, host: str | None = None,
@@ -278,6 +257,8 @@ def ingest_paths(bundle: Bundle, paths: list[str], *, kind: str | None = None, h
     session = Session(bundle, boot_time=boot_time)
     planned: list[tuple[int, int, Item, str, ModuleType | None, str | None]] = []
     results: list[FileResult] = []
+    if SEND_AHEAD:
+        session.worker.start()
     try:
         with tempfile.TemporaryDirectory(prefix="gpuwb-ingest-") as tmp:
             for path in paths:
@@ -299,11 +280,18 @@ def ingest_paths(bundle: Bundle, paths: list[str], *, kind: str | None = None, h
                     prio = getattr(module, "PRIORITY", 50) if module else 99
                     planned.append((prio, len(planned), item, item_kind, module, item_host))
             planned.sort(key=lambda p: (p[0], p[1]))
-            for _, _, item, item_kind, module, item_host in planned:
+            sent = 0
+            for at, (_, _, item, item_kind, module, item_host) in enumerate(planned):
+                for _, _, ahead, ahead_kind, ahead_module, ahead_host in planned[max(sent, at):at + SEND_AHEAD]:
+                    session.send_ahead(session.request(name=ahead.name, kind=ahead_kind, module=ahead_module,
+                                                       host=ahead_host, mtime=ahead.mtime, unwrap=ahead.unwrap),
+                                       ahead.path, ahead_module)
+                sent = max(sent, at + SEND_AHEAD)
                 try:
                     result = session.store_and_parse(item.open, name=item.name, kind=item_kind, module=module,
                                                      host=item_host, source=item.name, mtime=item.mtime,
-                                                     info={"mtime": item.mtime}, unwrap=item.unwrap)
+                                                     info={"mtime": item.mtime}, unwrap=item.unwrap,
+                                                     path=item.path)
                 except OSError as exc:
                     result = FileResult(path=item.name, kind=item_kind, host=item_host, status="error",
                                         error=f"cannot read: {exc.strerror or exc}")
@@ -319,6 +307,8 @@ def ingest_paths(bundle: Bundle, paths: list[str], *, kind: str | None = None, h
         session.abandon()
         bundle.seal(complete=False)
         raise
+    finally:
+        session.close()
     if any(r.status in STORED for r in results) or bundle.last_seal() is None:
         run_derivations(bundle)
         bundle.seal()
@@ -380,72 +370,11 @@ def _classify(item: Item, kind: str | None, forced: ModuleType | None) -> tuple[
     return found
 
 
-UNWRAP_BATCH_LINES = 10_000
-
-
-def _unwrapped(stream_factory: Callable[[], BinaryIO], reference: datetime | None) -> BinaryIO:
-    """The artifact's lines with their wrappers peeled, one line out per line in (so line numbers still
-    point into the stored bytes), spooled to disk past 64 MiB."""
-    from collectors._framing import unframed_lines
-    from collectors.base import iter_lines
-
-    out = tempfile.SpooledTemporaryFile(max_size=64 << 20)
-    with stream_factory() as stream:
-        batch: list[str] = []
-        for raw in iter_lines(stream):
-            batch.append(raw.decode("utf-8", "replace").rstrip("\r\n"))
-            if len(batch) >= UNWRAP_BATCH_LINES:
-                out.write("".join(f"{line}\n" for line in unframed_lines(batch, reference=reference)).encode())
-                batch = []
-        out.write("".join(f"{line}\n" for line in unframed_lines(batch, reference=reference)).encode())
-    out.seek(0)
-    return out
-
-
-def _size_of(stream: BinaryIO) -> int:
+def _is_big(path: Path) -> bool:
     try:
-        return os.fstat(stream.fileno()).st_size
-    except (AttributeError, OSError, ValueError):
-        return 0
-
-
-class _Store:
-    """One artifact's bytes going into the bundle, here or in a second thread while the main one parses
-    them: hashing, zstd and DuckDB's inserts release the GIL, so a big log is stored and parsed on two
-    cores. The parse runs ahead by at most PARSE_AHEAD_ROWS rows until the store says whether the bytes
-    are new (a duplicate's rows are dropped); the bundle is only touched by the store meanwhile."""
-
-    def __init__(self, bundle: Bundle, stream: BinaryIO, **fields: Any) -> None:
-        self.bundle = bundle
-        self.counted = _Counted(stream)
-        self.fields = fields
-        self._outcome: tuple[str, int, bool] | None = None
-        self._error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self._outcome = self.bundle.add_artifact(self.counted, **self.fields)
-        except BaseException as exc:  # re-raised by outcome(), in the thread that asked
-            self._error = exc
-
-    def while_parsing(self, rows: Iterator[Row]) -> list[Row]:
-        """Store in a second thread; meanwhile take rows from ``rows``. Returns the rows taken."""
-        thread = threading.Thread(target=self.run, name="gpuwb-store", daemon=True)
-        ahead: list[Row] = []
-        try:
-            thread.start()
-            for row in rows:
-                ahead.append(row)
-                if len(ahead) >= PARSE_AHEAD_ROWS or not thread.is_alive():
-                    break
-        finally:
-            thread.join()
-        return ahead
-
-    def outcome(self) -> tuple[str, int, bool]:
-        if self._error is not None or self._outcome is None:
-            raise self._error or RuntimeError("the artifact was not stored")
-        return self._outcome
+        return path.stat().st_size >= WORKER_BYTES
+    except OSError:
+        return False
 
 
 class _Counted:
@@ -563,7 +492,7 @@ def _file_items(full: Path, rel: tuple[str, ...], tmp: Path) -> Iterator[Item | 
             out, damage = spooled
             inner = rel[:-1] + (rel[-1][:-3],)
             yield Item(str(full)[:-3], inner, lambda p=out: open(p, "rb"), _mtime(full),
-                       cleanup=lambda p=out: p.unlink(missing_ok=True))
+                       cleanup=lambda p=out: p.unlink(missing_ok=True), path=out)
             if damage:
                 yield Refusal(str(full), "error", damage)
     else:
@@ -571,7 +500,7 @@ def _file_items(full: Path, rel: tuple[str, ...], tmp: Path) -> Iterator[Item | 
 
 
 def _plain_item(full: Path, rel: tuple[str, ...]) -> Item:
-    return Item(str(full), rel, lambda: open(full, "rb"), _mtime(full))
+    return Item(str(full), rel, lambda: open(full, "rb"), _mtime(full), path=full)
 
 
 def _spool(tmp: Path, opener: Callable[[], BinaryIO], compressed: int, label: str) -> tuple[Path, str] | None:
@@ -758,7 +687,8 @@ def _staged_items(staged: list[tuple[tuple[str, ...], Path, datetime | None]], p
             if spooled is not None:
                 path.unlink(missing_ok=True)
                 (path, damage), gz_name, name, rel = spooled, name, name[:-3], rel[:-1] + (rel[-1][:-3],)
-        yield Item(name, rel, lambda p=path: open(p, "rb"), mtime, cleanup=lambda p=path: p.unlink(missing_ok=True))
+        yield Item(name, rel, lambda p=path: open(p, "rb"), mtime, cleanup=lambda p=path: p.unlink(missing_ok=True),
+                   path=path)
         if damage:
             yield Refusal(gz_name, "error", damage)
 
