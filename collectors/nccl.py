@@ -148,6 +148,9 @@ _PREFIX = re.compile(rf"""\s*(?:
   | (?P<syslog>[A-Z][a-z]{{2}}\ [\ \d]\d\ \d\d:\d\d:\d\d)\ (?P<shost>[\w.\-]+)\ (?P<sproc>[^\s:\[]+)(?:\[\d+\])?:\s
   | (?P<srun>\d{{1,5}}):\ (?=\S)
 )""", re.X)
+_GLOG_PARTS = re.compile(r"[EWIFD](\d{3,4}) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?")
+_VDATE_PARTS = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)()")
+_SYSLOG_PARTS = re.compile(r"([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)()")
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
                                        "Dec"), start=1)}
 
@@ -543,16 +546,16 @@ class _Reader:
         if text := g["iso"] or g["biso"] or g["hfiso"]:
             return iso_stamp(text)
         if text := g["bglog"] or g["glog"]:
-            m = re.match(r"[EWIFD](\d{3,4}) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?", text)
+            m = _GLOG_PARTS.match(text)
             if not m:
                 return None
             mmdd = m.group(1)
             return self._yearless(int(mmdd[:-2]), int(mmdd[-2:]), m, 2, "glog_noyear", text, host)
         if text := g["vdate"]:
-            m = re.match(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)()", text)
+            m = _VDATE_PARTS.match(text)
             return self._yearless(int(m.group(1)), int(m.group(2)), m, 3, "mmdd_noyear", text, host) if m else None
         if text := g["syslog"]:
-            m = re.match(r"([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)()", text)
+            m = _SYSLOG_PARTS.match(text)
             if m and m.group(1) in _MONTHS:
                 return self._yearless(_MONTHS[m.group(1)], int(m.group(2)), m, 3, "syslog_noyear", text, host)
         return None
@@ -603,7 +606,7 @@ class _Reader:
 
     def _message(self, lineno: int, text: str, pre: _Prefix) -> Iterator[Row]:
         rest = pre.rest
-        headers = _nccl_headers(rest) if " NCCL " in rest else []
+        headers = _nccl_headers(rest) if " NCCL " in rest and " [" in rest else []
         if headers:
             for k, m in enumerate(headers):
                 end = headers[k + 1].start() if k + 1 < len(headers) else len(rest)
@@ -616,7 +619,7 @@ class _Reader:
             self.file_version = self.file_version or m.group("ver")
             yield from self._tell_version(pre.host or self.ctx.host, m.group("ver"))
             return
-        if "NCCL " in rest and (m := _NCCL_BARE.search(rest)):
+        if ("NCCL WARN " in rest or "NCCL ERROR " in rest or "NCCL ABORT " in rest) and (m := _NCCL_BARE.search(rest)):
             finding = _nccl_warn(m.group("msg"), m.group("lvl"))
             if m.group("src"):
                 finding.attrs.setdefault("file", m.group("src").rsplit("/", 1)[-1])
