@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -32,16 +33,49 @@ def utc_naive(value: datetime | None) -> datetime | None:
 
 def columns_of(rows: list[Row]) -> Columns:
     """Rows of one type as stored columns, in the type's field order."""
-    columns: Columns = {}
-    for field in dataclasses.fields(rows[0]):
-        name = field.name
-        values = [getattr(r, name) for r in rows]
+    names = [field.name for field in dataclasses.fields(rows[0])]
+    values = zip(*map(operator.attrgetter(*names), rows)) if len(names) > 1 else [[getattr(r, names[0]) for r in rows]]
+    columns: Columns = dict(zip(names, map(list, values)))
+    for name in names:
         if name in JSON_FIELDS:
-            values = [json.dumps(v, default=str) if v is not None else None for v in values]
+            columns[name] = _json_texts(columns[name])
         elif name == "ts":
-            values = [utc_naive(v) for v in values]
-        columns[name] = values
+            columns[name] = _naive_times(columns[name])
     return columns
+
+
+_ENCODE = json.JSONEncoder(default=str).encode
+"""json.dumps(v, default=str) without building an encoder per call"""
+
+
+def _json_texts(values: list[Any]) -> list[str | None]:
+    """Label sets repeat (a series' labels on every point): each distinct all-text dict is encoded once."""
+    out: list[str | None] = []
+    memo: dict[tuple[tuple[str, str], ...], str] = {}
+    for value in values:
+        if value is None:
+            out.append(None)
+        elif type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items()):
+            key = tuple(value.items())
+            text = memo.get(key)
+            if text is None:
+                text = memo[key] = _ENCODE(value)
+            out.append(text)
+        else:
+            out.append(_ENCODE(value))
+    return out
+
+
+def _naive_times(values: list[datetime | None]) -> list[datetime | None]:
+    """Parsers hand the same time object to consecutive rows (a scrape's points): converted once."""
+    out: list[datetime | None] = []
+    last: object = object()
+    naive = None
+    for value in values:
+        if value is not last:
+            last, naive = value, utc_naive(value)
+        out.append(naive)
+    return out
 
 
 def prepared(rows: Iterable[Row]) -> tuple[list[tuple[str, Columns, int]], list[str]]:
