@@ -182,15 +182,22 @@ def resolve(pre: Prefix, ctx: ParseContext, use_boot: bool = True) -> Stamp:
         return Stamp(ts, "kernel_monotonic", ts is None, pre.raw)
     if pre.style == "syslog":
         year, approx = infer_year(pre.month, pre.day, ctx.reference_for(pre.host))
-        clock = pre.clock.split(".")
-        try:
-            ts = datetime(year, pre.month, pre.day, *map(int, clock[0].split(":")), tzinfo=timezone.utc)
-        except ValueError:
+        ts = _syslog_time(year, pre.month, pre.day, pre.clock)
+        if ts is None:
             return Stamp(None, "syslog_noyear", True, pre.raw)
-        if len(clock) > 1:
-            ts += timedelta(microseconds=int(clock[1][:6].ljust(6, "0")))
         return Stamp(ts, "syslog_noyear", approx, pre.raw)
     return Stamp()
+
+
+@lru_cache(maxsize=4096)
+def _syslog_time(year: int, month: int, day: int, clock: str) -> datetime | None:
+    """A syslog time as UTC, built once per distinct clock (a busy log repeats each second)."""
+    hms, _, frac = clock.partition(".")
+    try:
+        ts = datetime(year, month, day, *map(int, hms.split(":")), tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    return ts + timedelta(microseconds=int(frac[:6].ljust(6, "0"))) if frac else ts
 
 
 # -- the message --------------------------------------------------------------------------------
@@ -482,9 +489,10 @@ class Classifier:
         attrs["text"] = rest
         if pci and pci in self.uuid_by_pci:
             attrs["uuid"] = self.uuid_by_pci[pci]
-        if cm := _CAUSED.search(rest):
+        # Each optional part is searched for only when a literal it cannot match without is in the text.
+        if "caused by" in rest and (cm := _CAUSED.search(rest)):
             attrs["caused_by_xid"] = int(cm.group(1))
-        if ch := _CHANNEL.search(rest):
+        if ("Ch" in rest or "hannel" in rest) and (ch := _CHANNEL.search(rest)):
             attrs["channel"] = ch.group(1)
         info = lookup(xid)
         severity = info.severity
@@ -496,28 +504,28 @@ class Classifier:
                          intrinfo=f"0x{regs[0]:08x}", error_status=f"0x{regs[1]:08x}" if len(regs) > 1 else None,
                          nvlink_subcode=(regs[0] >> 20) & 0x3F)
             severity = "critical" if nm.group("sev") == "Fatal" else "warning"
-        elif nm := _NVLINK74.search(rest):
+        elif "NVLink: " in rest and (nm := _NVLINK74.search(rest)):
             attrs["nvlink_link"] = int(nm.group("link"))
             attrs["registers"] = [r.strip() for r in nm.group("regs").split(",") if r.strip()]
             if nm.group("what"):
                 attrs["nvlink_severity"] = nm.group("what").strip()
         elif xid in (136, 137, 155, 74) and (lm := _LINKNO.search(rest)):
             attrs["nvlink_link"] = int(lm.group(1))
-        if gm := _GSP_TIMEOUT.search(rest):
+        if "Timeout after " in rest and (gm := _GSP_TIMEOUT.search(rest)):
             attrs.update(gsp_timeout_s=int(gm.group("secs")), gpu_index=int(gm.group("idx")),
                          gsp_function=gm.group("func"),
                          gsp_sequence=int(gm.group("seq")) if gm.group("seq") else None)
-        if rm := _RECOVERY.search(rest):
+        if "GPU recovery action" in rest and (rm := _RECOVERY.search(rest)):
             attrs.update(recovery_action=rm.group("new"), previous_recovery_action=rm.group("old"))
             severity = _recovery_severity(rm.group("new"))
-        if km := _CONTAINED.search(rest):
+        if "ontained: " in rest and (km := _CONTAINED.search(rest)):
             attrs.update(contained=km.group("what") == "Contained", unit=km.group("unit"),
                          reset_required=km.group("rst") == "Yes",
                          drain_reset_required=(km.group("drst") == "Yes") if km.group("drst") else None)
-        if mm := _MMU.search(rest):
+        if "MMU Fault: " in rest and (mm := _MMU.search(rest)):
             attrs.update(mmu_engine=mm.group("engine"), mmu_client=mm.group("client"),
                          fault_address=mm.group("addr"), fault_type=mm.group("type"))
-        if gr := _GR.search(rest):
+        if "Graphics " in rest and (gr := _GR.search(rest)):
             attrs.update(exception=gr.group("exc").strip(), gpc=int(gr.group("gpc")), tpc=int(gr.group("tpc")))
         if _HEXWORDS.match(rest):
             attrs["words"] = rest.split()

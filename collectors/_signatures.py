@@ -222,16 +222,23 @@ class Matcher:
             for anchor in sig.anchors:
                 self.by_anchor.setdefault(anchor.encode(), []).append(i)
 
-    def match(self, body: str) -> tuple[Signature, dict[str, Any]] | None:
-        """The first signature (catalog order) that matches a message body, with its attrs."""
-        return self._first(body.encode("utf-8", "replace"), body)
+    def match(self, body: str, written: set[str] | frozenset[str] = frozenset()
+              ) -> tuple[Signature, dict[str, Any]] | None:
+        """The first signature (catalog order) that matches a message body, with its attrs; None also
+        when that first one is of a kind in ``written`` or parsed as one (a format parser wrote it)."""
+        return self._first(body.encode("utf-8", "replace"), body, written)
 
-    def _first(self, raw: bytes, body: str) -> tuple[Signature, dict[str, Any]] | None:
+    def _first(self, raw: bytes, body: str, written: set[str] | frozenset[str] = frozenset()
+               ) -> tuple[Signature, dict[str, Any]] | None:
         # The anchors the prefilter finds name the only signatures worth trying; no anchor of the
         # catalog is inside another one (tests/collectors/test_signatures.py), so none hides another.
         candidates = sorted({i for hit in self._anchors_in(raw) for i in self.by_anchor[hit]})
         for i in candidates:
             sig = self.signatures[i]
+            if written and (sig.kind in written or written.intersection(sig.parsed_as)):
+                if sig.regex.search(body):  # the first match is one already written: no attrs to build
+                    return None
+                continue
             attrs = sig.match(body)
             if attrs is not None:
                 return sig, attrs

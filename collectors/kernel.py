@@ -525,12 +525,10 @@ class _Parser:
     def _known(self, pre: Prefix, message: str, line: int, written: set[str],
                stamp: Stamp | None = None) -> Iterator[Row]:
         """A known message of the signature catalog on this line, unless the classifier wrote its kind."""
-        found = self.signatures.match(message) if self.signatures is not None else None
+        found = self.signatures.match(message, written) if self.signatures is not None else None
         if found is None:
             return
         sig, attrs = found
-        if sig.kind in written or written.intersection(sig.parsed_as):
-            return
         from collectors._framing import Framed
         from collectors._signatures import event_of
 
