@@ -32,7 +32,7 @@ import glob
 import os
 import re
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cache
@@ -434,12 +434,13 @@ class _Reader:
         giants = _giant_starts(data, end) if end > MAX_LINE_BYTES else []
         for start in giants:
             yield Skipped(base + data.count(b"\n", 0, start) + 1, "line longer than 1 MiB")
+        newlines = _newline_counter(data, end)
         gap = pos = counted = 0
         lineno = base
         if self.cont is not None:
             pos = gap = yield from self._follow(data, 0, end, base + 1)
         for start in _hit_starts(data, end):
-            lineno += data.count(b"\n", counted, start)
+            lineno += newlines(counted, start)
             counted = start
             if start < pos or (giants and start in giants):
                 continue
@@ -454,7 +455,7 @@ class _Reader:
             gap = pos
         if gap < end:
             yield from self._date_gap(data, gap, end)
-        return lineno + data.count(b"\n", counted, end)
+        return lineno + newlines(counted, end)
 
     def _follow(self, data: bytes, pos: int, end: int, lineno: int) -> Iterator[Row]:
         """A continuation is open: every next line (the first at ``pos``, numbered ``lineno``) goes to it,
@@ -1037,6 +1038,22 @@ def _hit_starts(data: bytes, end: int) -> list[int]:
         if data.startswith(b"NCCL INFO ", start) or find(b"NCCL INFO", line, find(b"\n", start, end)) < 0:
             starts.add(line)
     return sorted(starts)
+
+
+_NUMPY_BYTES = 1 << 20
+"""From this block size on newlines are counted on one numpy compare of the block (3x bytes.count's speed at
+2 MiB); a smaller block, as a small rank log is, does not pay numpy's import."""
+
+
+def _newline_counter(data: bytes, end: int) -> Callable[[int, int], int]:
+    """How many newlines ``data[a:b]`` holds, for offsets up to ``end``."""
+    if end < _NUMPY_BYTES:
+        count = data.count
+        return lambda a, b: count(b"\n", a, b)
+    import numpy as np
+
+    newline = np.frombuffer(data, dtype=np.uint8, count=end) == 10
+    return lambda a, b: int(np.count_nonzero(newline[a:b]))
 
 
 def _giant_starts(data: bytes, end: int) -> list[int]:
