@@ -7,6 +7,7 @@ open for writing gets a one-line ``BundleBusy`` message instead of a lock traceb
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import duckdb
+import zstandard
 
 from collectors.base import Row, Skipped
 from workbench import schema
@@ -571,8 +573,6 @@ class Bundle:
 
     def verify(self) -> list[str]:
         """Re-hash every artifact and the root digest. Returns one line per problem; empty when intact."""
-        import pyarrow as pa  # deferred: ~0.1 s to import, and only compressed chunks need it
-
         problems: list[str] = []
         for art, blocks in self._artifacts_with_bytes(self.artifacts()):
             digest = hashlib.sha256()
@@ -581,7 +581,7 @@ class Bundle:
                 for block in blocks:
                     digest.update(block)
                     size += len(block)
-            except (OSError, ValueError, BundleError, pa.ArrowException) as exc:
+            except (OSError, ValueError, BundleError) as exc:
                 problems.append(f"artifact altered: {_named(art)}: stored chunk no longer expands ({exc})")
                 continue
             if digest.hexdigest() != art["sha256"] or size != art["size"]:
@@ -681,12 +681,12 @@ def _next_chunk_bytes(raw: int, stored: int) -> int:
 
 def _pack(block: bytes) -> tuple[bytes, str | None]:
     """zstd at ~800 MB/s shrinks logs ~9x, so a 1 GB log costs DuckDB a ninth of the memory and
-    time; blocks that do not shrink are kept as they are."""
+    time; blocks that do not shrink are kept as they are. Level 1, as pyarrow's zstd wrote before:
+    the frames are the same format either way, and the python-zstandard module costs ~3 MB of RSS
+    where importing pyarrow cost ~40."""
     if len(block) < 512:
         return block, None
-    import pyarrow as pa  # deferred: ~0.1 s to import; commands that read no raw bytes skip it
-
-    packed = pa.compress(block, codec="zstd", asbytes=True)
+    packed = _zstd()[0].compress(block)
     return (packed, "zstd") if len(packed) < len(block) else (block, None)
 
 
@@ -695,14 +695,18 @@ def _unpack(data: bytes, codec: str | None, raw_size: int) -> bytes:
         return data
     if codec != "zstd":
         raise BundleError(f"unknown chunk codec {codec!r} (a damaged bundle?)")
-    import pyarrow as pa  # deferred: see _pack
-
-    out = pa.decompress(data, decompressed_size=raw_size, codec="zstd", asbytes=True)
+    try:
+        out = _zstd()[1].decompress(data, max_output_size=raw_size)
+    except zstandard.ZstdError as exc:
+        raise BundleError(f"a stored chunk does not expand: {exc} (a damaged bundle?)") from exc
     if len(out) != raw_size:
         raise BundleError("a stored chunk expands to the wrong size (a damaged bundle?)")
     return out
 
 
+@functools.cache
+def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+    return zstandard.ZstdCompressor(level=1), zstandard.ZstdDecompressor()
 
 
 class RowWriter:

@@ -94,3 +94,33 @@ def test_a_crash_after_row_groups_went_to_disk_leaves_the_sealed_bundle_intact(t
         assert bundle.con.execute("SELECT count(*) FROM artifact_chunk").fetchall()[0][0] == 1
         sha, _, is_new = bundle.add_artifact(io.BytesIO(b"kernel: after\n" * 10_000), kind="unknown", source="a")
         assert is_new and b"".join(bundle.artifact_bytes(sha)) == b"kernel: after\n" * 10_000
+
+
+def test_chunks_compressed_by_pyarrow_as_bundles_stored_them_before_still_expand():
+    import pyarrow as pa
+
+    from workbench.bundle import _unpack
+
+    block = b"".join(b"[ %d.000000] NVRM: Xid (PCI:0000:5d:00): 79, GPU has fallen off the bus.\n" % i
+                     for i in range(5000))
+    stored = pa.compress(block, codec="zstd", asbytes=True)
+    assert len(stored) < len(block) // 5
+    assert _unpack(stored, "zstd", len(block)) == block
+
+
+def test_verify_names_a_compressed_chunk_that_no_longer_expands(tmp_path):
+    import io
+
+    from workbench.bundle import Bundle
+
+    text = b"".join(b"[ %d.000000] NVRM: Xid (PCI:0000:5d:00): 79, GPU has fallen off the bus.\n" % i
+                    for i in range(20000))
+    with Bundle.create(tmp_path / "b.duckdb") as bundle:
+        bundle.add_artifact(io.BytesIO(text), kind="dmesg", source="dmesg.txt")
+        bundle.seal()
+    with Bundle.open(tmp_path / "b.duckdb", write=True) as bundle:
+        seq, data = bundle.con.execute("SELECT seq, data FROM artifact_chunk WHERE codec = 'zstd' "
+                                       "ORDER BY seq LIMIT 1").fetchall()[0]
+        bundle.con.execute("UPDATE artifact_chunk SET data = ? WHERE seq = ?", [data[:8] + b"garbage" + data[15:], seq])
+        problems = bundle.verify()
+    assert any("stored chunk no longer expands" in p and "dmesg.txt" in p for p in problems), problems
