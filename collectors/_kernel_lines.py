@@ -312,6 +312,9 @@ _STORAGE_TRACE = ("nfs", "rpc_", "io_schedule", "ext4", "xfs", "jbd2", "lustre",
                   "wait_on_page", "fsync", "folio_wait")
 _GPU_TRACE = ("[nvidia", "nvidia_", "nv_", "_nv0", "uvm_")
 
+_pci = lru_cache(maxsize=4096)(normalize_pci)
+"""normalize_pci, once per distinct spelling: a log names the same few devices on every line."""
+
 NVLINK5 = range(144, 151)
 CONTAINER_INTERFACES = ("veth", "cni", "docker", "flannel", "cali", "lxc")
 """Name prefixes of interfaces that are container plumbing: their link changes make no events."""
@@ -418,7 +421,7 @@ class Classifier:
             yield from self._xid(rec, m)
             return
         if m := _GPU_AT.search(msg):
-            pci = normalize_pci(m.group("pci"))
+            pci = _pci(m.group("pci"))
             if pci:
                 self.uuid_by_pci[pci] = m.group("uuid")
                 self.pending_gpu = {"pci": pci, "uuid": m.group("uuid"), "host": rec.host}
@@ -432,7 +435,7 @@ class Classifier:
             pci = None
             pci_id = None
             if (m := _FOB_ONE.search(msg)) or (m := _FOB_HEAD.search(msg)):
-                pci = normalize_pci(m.group("pci"))
+                pci = _pci(m.group("pci"))
                 pci_id = m.groupdict().get("pciid")
             elif self.fob_head and rec.line - self.fob_head[2] <= 5:
                 pci, pci_id = self.fob_head[0], self.fob_head[1]
@@ -441,7 +444,7 @@ class Classifier:
                                   uuid=self.uuid_by_pci.get(pci))
                 return
         if m := _FOB_HEAD.search(msg):
-            self.fob_head = (normalize_pci(m.group("pci")) or "", m.group("pciid"), rec.line)
+            self.fob_head = (_pci(m.group("pci")) or "", m.group("pciid"), rec.line)
         if m := _DRIVER.search(msg):
             yield HostFact("versions.driver", m.group("ver"), host=rec.host)
             yield self._event(rec, "driver_loaded", "gpu", "info", version=m.group("ver"),
@@ -452,7 +455,7 @@ class Classifier:
                               diff_ms=int(m.group("diff")), timeout_ms=int(m.group("timeout")))
             return
         pci_match = _ANY_PCI.search(msg)
-        gpu = normalize_pci(pci_match.group("pci")) if pci_match else None
+        gpu = _pci(pci_match.group("pci")) if pci_match else None
         index = _GPU_INDEX.search(msg)
         crash = "crash dump" in msg
         severity = "warning" if crash or _ERRORISH.search(msg) else "info"
@@ -474,7 +477,7 @@ class Classifier:
         from collectors._xid_catalog import lookup
 
         loc = m.group("loc")
-        pci = normalize_pci(loc.split("GPU-I:")[0].replace("PCI:", ""))
+        pci = _pci(loc.split("GPU-I:")[0].replace("PCI:", ""))
         xid = int(m.group("xid"))
         rest = m.group("rest").strip()
         attrs: dict[str, Any] = {"xid": xid, "pci": pci, "pid": None, "process": None}
@@ -555,7 +558,7 @@ class Classifier:
         data = re.search(r"Data \{([^}]*)\}", rest)
         severity = "critical" if fatal else "warning" if fatal is False else "error"
         yield self._event(rec, "sxid", "hardware", severity, sxid=int(m.group("sxid")),
-                          pci=normalize_pci(m.group("pci")), nvswitch=m.group("dev"), fatal=fatal,
+                          pci=_pci(m.group("pci")), nvswitch=m.group("dev"), fatal=fatal,
                           link=int(link.group(1)) if link else None,
                           data=[w.strip() for w in data.group(1).split(",")] if data else None, text=rest,
                           causes=["nvswitch_fault"])
@@ -564,10 +567,10 @@ class Classifier:
     def _pcie(self, rec: Record) -> Iterator[Row]:
         msg = rec.message
         if m := _AER_RECEIVED.search(msg):
-            self.aer_source[normalize_pci(m.group("dev")) or ""] = normalize_pci(m.group("src")) or ""
+            self.aer_source[_pci(m.group("dev")) or ""] = _pci(m.group("src")) or ""
             return
         if m := _AER_BUS.search(msg):
-            dev = normalize_pci(m.group("dev"))
+            dev = _pci(m.group("dev"))
             severity = _aer_severity(m.group("sev"))
             level = {"corrected": "warning", "uncorrected_nonfatal": "error"}.get(severity, "critical")
             yield self._event(rec, "pcie_aer", "hardware", level, gpu=self._aer_gpu(rec, dev, m.group("driver")),
@@ -575,22 +578,22 @@ class Classifier:
                               source=self.aer_source.pop(dev or "", None) or None, **self._aer_detail(rec, dev))
             return
         if m := _DPC.search(msg):
-            dev = normalize_pci(m.group("dev"))
+            dev = _pci(m.group("dev"))
             yield self._event(rec, "pcie_aer", "hardware", "critical", gpu=self._gpu_of(dev),
                               severity="uncorrected_fatal", device=dev, type="DPC containment")
             return
         if m := _PCIEHP.search(msg):
-            dev = normalize_pci(m.group("dev"))
+            dev = _pci(m.group("dev"))
             kind = "pcie_link_down" if m.group("st") == "Down" else "pcie_link_up"
             yield self._event(rec, kind, "hardware", "error" if kind == "pcie_link_down" else "info",
                               device=dev, slot=m.group("slot"))
             return
         if m := _BANDWIDTH.search(msg):
-            dev = normalize_pci(m.group("dev"))
+            dev = _pci(m.group("dev"))
             if m.group("limited"):
                 yield self._event(rec, "pcie_link_degraded", "hardware", "warning", gpu=self._gpu_of(dev),
                                   device=dev, gbps=float(m.group("gbps")), speed=m.group("speed"),
-                                  width=m.group("width"), limited_at=normalize_pci(m.group("at")),
+                                  width=m.group("width"), limited_at=_pci(m.group("at")),
                                   capable_gbps=float(m.group("cap")), capable_speed=m.group("capspeed"),
                                   capable_width=m.group("capwidth"))
             else:
@@ -607,7 +610,7 @@ class Classifier:
             return None
         if driver == "nvidia" or self._gpu_of(dev):
             return dev
-        later = {normalize_pci(m.group("pci")) for m in _XID_PCI.finditer(rec.following())}
+        later = {_pci(m.group("pci")) for m in _XID_PCI.finditer(rec.following())}
         return dev if dev in later else None
 
     @staticmethod
@@ -618,7 +621,7 @@ class Classifier:
         names: list[str] = []
         for line in rec.following().splitlines():
             m = _AER_DETAIL.search(line)
-            if not m or normalize_pci(m.group("dev")) != dev:
+            if not m or _pci(m.group("dev")) != dev:
                 break
             if m.group("name"):
                 names.append(m.group("name"))
@@ -641,7 +644,7 @@ class Classifier:
                                   section=section, ghes_severity=self.ghes.get("severity"))
             return
         if (m := _GHES_DEVICE.search(msg)) and "PCIe" in self.ghes.get("section", ""):
-            dev = normalize_pci(m.group("dev"))
+            dev = _pci(m.group("dev"))
             ghes = self.ghes.get("severity") or ""
             severity = "corrected" if ghes == "corrected" else "uncorrected_fatal" if ghes == "fatal" \
                 else "uncorrected_nonfatal"
@@ -772,12 +775,12 @@ class Classifier:
         if ": Link " in msg and (m := _MLX_LINK.search(msg)):
             up = m.group("st") == "up"
             yield from self._link(rec, up, device=m.group("ifc"), port=m.group("ifc"),
-                                  pci=normalize_pci(m.group("pci")), driver=m.group("drv"))
+                                  pci=_pci(m.group("pci")), driver=m.group("drv"))
         elif "NIC Link is " in msg and (m := _NIC_LINK.search(msg)):
             up = m.group("st") == "Up"
             speed = re.search(r"(\d+ [GM]bps)", m.group("rest") or "")
             yield from self._link(rec, up, device=m.group("ifc"), port=m.group("ifc"), driver=m.group("drv"),
-                                  pci=normalize_pci(m.group("pci")), speed=speed.group(1) if speed else None)
+                                  pci=_pci(m.group("pci")), speed=speed.group(1) if speed else None)
         elif "ADDRCONF(NETDEV_" in msg and (m := _ADDRCONF.search(msg)):
             yield from self._link(rec, m.group("st") == "becomes ready", device=m.group("ifc"), port=m.group("ifc"))
         elif "link status definitely " in msg and (m := _BOND.search(msg)):
@@ -794,7 +797,7 @@ class Classifier:
             status = m.group("status").strip()
             bad = not re.match(r"Cable plugged", status)
             yield self._event(rec, "port_module_event", "network_storage", "warning" if bad else "info",
-                              device=normalize_pci(m.group("pci")), driver=m.group("drv"),
+                              device=_pci(m.group("pci")), driver=m.group("drv"),
                               module=int(m.group("module")), status=status, detail=m.group("detail"))
         elif "NETDEV WATCHDOG: " in msg and (m := _WATCHDOG.search(msg)):
             yield self._event(rec, "nic_tx_timeout", "network_storage", "error", device=m.group("ifc"),
@@ -803,7 +806,7 @@ class Classifier:
             who = m.group("who")
             device = who.split()[-1] if who.startswith("infiniband") else who.split()[0]
             yield self._event(rec, "rdma_error", "network_storage", "error", device=device,
-                              pci=normalize_pci(m.group("pci")))
+                              pci=_pci(m.group("pci")))
 
     def _link(self, rec: Record, up: bool, **attrs: Any) -> Iterator[Row]:
         """A link event, except for container plumbing (veth pairs, CNI and Docker bridges): a Kubernetes

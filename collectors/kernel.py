@@ -507,7 +507,7 @@ class _Parser:
         if self.boot_cut is not None and stamp.ts is not None and stamp.ts >= self.boot_cut:
             return
         host = pre.host
-        if (when := exact(stamp)) is not None and (host or "") not in self.referenced:
+        if (host or "") not in self.referenced and (when := exact(stamp)) is not None:
             self.referenced.add(host or "")
             self.ctx.learn_reference_time(host or self.ctx.host, when)
         following = _following(block, start)
@@ -515,10 +515,11 @@ class _Parser:
                      following=following)
         written: set[str] = set()
         for row in self.classifier.handle(rec):
-            if isinstance(row, Event) and pre.level in ("emerg", "alert", "crit") and row.severity == "info":
-                row.severity = "warning"
-            if isinstance(row, Event) and row.line == line:
-                written.add(row.kind)
+            if isinstance(row, Event):
+                if row.severity == "info" and pre.level in ("emerg", "alert", "crit"):
+                    row.severity = "warning"
+                if row.line == line:
+                    written.add(row.kind)
             yield row
         yield from self._known(pre, rec.message, line, written, stamp)
 
