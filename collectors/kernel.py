@@ -409,15 +409,17 @@ class _Parser:
         if (first_end if first_end >= 0 else len(block)) > MAX_LINE_BYTES and 0 not in bad:
             bad.add(0)
             yield Skipped(first_line, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
-        for idx, start in self._heads(block, newline, bad):
+        heads, newlines = self._heads(block, newline, bad)
+        for idx, start in heads:
             text = self._record_text(block, start, idx, bad)
             if text is not None:
                 yield from self._record(text, first_line + idx, block, start, idx)
-        return int(np.count_nonzero(newline))
+        return newlines
 
-    def _heads(self, block: bytes, newline: Any, bad: set[int]) -> list[tuple[int, int]]:
-        """(index, start) of each record holding a prefilter hit, in order: newlines are counted only
-        between candidate lines, so a block's other lines cost nothing but the one compare above."""
+    def _heads(self, block: bytes, newline: Any, bad: set[int]) -> tuple[list[tuple[int, int]], int]:
+        """(index, start) of each record holding a prefilter hit, in order, and how many newlines the
+        block holds: they are counted once, in stretches that end at the candidate lines, so a block's
+        other lines cost nothing but the one compare above."""
         count_nonzero = self.np.count_nonzero
         heads: set[tuple[int, int]] = set()
         idx = counted_to = 0
@@ -432,7 +434,7 @@ class _Parser:
             head = self._head_of(block, start, idx)
             if head[0] not in bad:
                 heads.add(head)
-        return sorted(heads)
+        return sorted(heads), idx + int(count_nonzero(newline[counted_to:]))
 
     def _bad_lines(self, block: bytes, newline: Any) -> Iterator[tuple[int, str]]:
         """Lines that are not text: NUL bytes or invalid UTF-8 (found without decoding good blocks)."""
