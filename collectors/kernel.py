@@ -11,8 +11,9 @@ Parsing is built for multi-GB logs: the bytes are scanned in 4 MiB blocks by a p
 pass for the keywords' short windows, or numpy compares for a few rare anchor bytes then an 8-byte window
 check around each anchor), so only lines that can be events reach the per-line regexes of
 collectors/_kernel_lines.py. The RE2 pass also narrows the keywords a busy Kubernetes node prints on
-most lines (NARROWED), so a chatty log costs about what a quiet one does. Line counts come
-from the same newline index; nothing holds more than a block in memory.
+most lines (NARROWED), so a chatty log costs about what a quiet one does. A block's newlines are counted
+by one numpy compare, in stretches that end at the candidate lines, which are located by offset: no line
+that cannot be an event is ever split out, decoded or indexed. Nothing holds more than a block in memory.
 """
 
 from __future__ import annotations
