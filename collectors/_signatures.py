@@ -304,15 +304,17 @@ class Matcher:
                 break
 
 
-def spans(regex: Any, data: bytes, limit: int | None = None) -> list[tuple[int, int]]:
-    """(start, end) of the matches of a google-re2 ``regex`` in ``data``, as its ``finditer`` finds them
-    (leftmost, not overlapping), at most ``limit`` of them, through the RE2 object itself: the wrapper's
-    generator and match objects cost ~5 us a match, most of what a kernel candidate line costs to match."""
+def spans(regex: Any, data: Any, limit: int | None = None, pos: int = 0,
+          end: int | None = None) -> list[tuple[int, int]]:
+    """(start, end) of the matches of a google-re2 ``regex`` in ``data[pos:end]`` (any buffer: bytes, a
+    mapped file), as its ``finditer`` finds them (leftmost, not overlapping), at most ``limit`` of them,
+    through the RE2 object itself: the wrapper's generator and match objects cost ~5 us a match, most of
+    what a kernel candidate line costs to match."""
     import re2
 
     search, unanchored = regex._regexp.Match, re2._Anchor.UNANCHORED
     found: list[tuple[int, int]] = []
-    pos, end = 0, len(data)
+    end = len(data) if end is None else end
     while pos <= end and (limit is None or len(found) < limit):
         start, stop = search(unanchored, data, pos, end)[0]
         if start < 0:
