@@ -626,11 +626,18 @@ def _read_blocks(stream: BinaryIO) -> Iterator[_Block | None]:
         yield _Block(block, 0, len(block), False)
 
 
+MAP_FILES = False
+"""Set by the parse worker (workbench/parse_worker.py): like any reader of a map, a parse would die of
+SIGBUS if the file were truncated under it (a live log rotated with copytruncate), and only the worker's
+death is survivable: the ingest counts it and goes on, where a parse in the ingest process would take
+the whole run down. So the ingest process always reads."""
+
+
 def _mapping(stream: BinaryIO) -> Any:
-    """A read-only map of the regular file ``stream`` reads, or None (any other stream is read). A map saves
-    copying every block twice (the read, then carry + chunk): ~0.1 s per 256 MB. Like any reader of a map,
-    the parse would die of SIGBUS if the file were truncated under it; ingest reads files at rest."""
-    if type(stream) is not io.BufferedReader or type(stream.raw) is not io.FileIO:
+    """A read-only map of the regular file ``stream`` reads, or None (any other stream is read, and every
+    stream unless MAP_FILES). A map saves copying every block twice (the read, then carry + chunk): ~0.1 s
+    per 256 MB."""
+    if not MAP_FILES or type(stream) is not io.BufferedReader or type(stream.raw) is not io.FileIO:
         return None
     try:
         if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):

@@ -243,12 +243,14 @@ def _worker_env() -> dict[str, str]:
 
 def _preload() -> None:
     """Import every parser and load the catalogs before the first job: the ingest process is still
-    sniffing its inputs then, so this costs no wall time."""
-    from collectors import registry
+    sniffing its inputs then, so this costs no wall time. Here, and only here, the kernel parser may map
+    the files it reads (collectors/kernel.py MAP_FILES)."""
+    from collectors import kernel, registry
     from collectors._signatures import catalog
 
     registry.all_collectors()
     catalog()
+    kernel.MAP_FILES = True
 
 
 def main() -> None:

@@ -60,6 +60,7 @@ def _parse(kind: str, stream, offset: int) -> tuple[list[str], int, int]:
 @pytest.mark.parametrize("name", sorted(INPUTS))
 def test_a_mapped_file_parses_as_a_read_stream(tmp_path: Path, monkeypatch, name: str, block: int):
     data = INPUTS[name]
+    monkeypatch.setattr(kernel, "MAP_FILES", True)
     monkeypatch.setattr(kernel, "BLOCK_BYTES", block)
     monkeypatch.setattr(kernel, "MAX_LINE_BYTES", 3000 if block < 4 << 20 else 1 << 20)
     path = tmp_path / "kern.log"
@@ -74,9 +75,25 @@ def test_a_mapped_file_parses_as_a_read_stream(tmp_path: Path, monkeypatch, name
             assert mapped[0]
 
 
-def test_an_empty_file_is_read_not_mapped(tmp_path: Path):
+def test_an_empty_file_is_read_not_mapped(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(kernel, "MAP_FILES", True)
     path = tmp_path / "empty.log"
     path.write_bytes(b"")
     with open(path, "rb") as f:
         assert kernel._mapping(f) is None
         assert _parse("dmesg", f, 0) == ([], 0, 0)
+
+
+def test_the_ingest_process_reads_files_only_the_parse_worker_maps_them(tmp_path: Path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "kern.log"
+    path.write_bytes(INPUTS["noisy"])
+    with open(path, "rb") as f:
+        assert kernel._mapping(f) is None
+    probe = ("import sys; from workbench import parse_worker; parse_worker._preload(); "
+             "from collectors import kernel; print(kernel._mapping(open(sys.argv[1], 'rb')) is not None)")
+    out = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=120,
+                         cwd=Path(kernel.__file__).parents[1])
+    assert out.stdout.strip() == "True", out.stderr[-500:]
