@@ -35,14 +35,18 @@ if TYPE_CHECKING:
 
 FRAME = struct.Struct("<Q")
 ROWS_PER_FRAME = 2000
-AHEAD_FRAMES = 4
-"""Frames received and not yet written, at most: the worker parses ahead of the store by this much (up
-to ~8,000 rows, whatever the number of files sent ahead), then waits. 16 held ~25 MB more at the end of a
-2 GiB kernel log, for no speed."""
+AHEAD_BYTES = 64 << 20
+"""Frames received and not yet written, at most, kept as the pickled bytes that came (~250 bytes a kernel
+event): the worker parses ahead of the store by this much, whatever the number of files sent ahead, then
+waits. The rows of a file can only be written once its store has said the bytes are new, so a budget of a
+few frames (~8,000 rows) made the worker wait for most of a 1 GiB log (275 -> 202 MB/s); 64 MiB holds the
+rows of ~8 GiB of kernel log and keeps memory flat beyond."""
+LAST = frozenset(b"df")
+"""the first byte of a frame that ends its job: ``done`` or ``failed`` (``rows`` frames start with r)"""
 
 
-def _write_frame(out: BinaryIO, message: object) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+def _write_frame(out: BinaryIO, message: tuple) -> None:
+    data = message[0][:1].encode() + pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     out.write(FRAME.pack(len(data)))
     out.write(data)
 
@@ -88,7 +92,7 @@ class WorkerParse:
         self.path = path
         self.sent_clocks = HostClocks(dict(clocks.boot_times), dict(clocks.uptimes), dict(clocks.reference_times))
         """the clocks it is parsed with: rows for other clocks would be other rows"""
-        self.messages: queue.SimpleQueue[tuple | None] = queue.SimpleQueue()
+        self.messages: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self.clocks: HostClocks | None = None
         """the run's clocks after this file, as the worker learned them (None: learned here)"""
         self.ended = False
@@ -131,11 +135,13 @@ class WorkerParse:
             self.worker.available = False
 
     def _next(self) -> tuple | None:
-        message = self.messages.get()
-        if message is not None:
-            self.worker.room.release()
-        self.ended = message is None or message[0] != "rows"
-        return message
+        frame = self.messages.get()
+        if frame is None:
+            self.ended = True
+            return None
+        self.worker.release(len(frame))
+        self.ended = frame[0] in LAST
+        return pickle.loads(memoryview(frame)[1:])
 
 
 class ParseWorker:
@@ -151,8 +157,9 @@ class ParseWorker:
         self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._closed = threading.Event()
         self._lock = threading.Lock()
-        self.room = threading.Semaphore(AHEAD_FRAMES)
-        """frames received and not yet read, over all jobs, stay under AHEAD_FRAMES"""
+        self._room = threading.Condition()
+        self._held = 0
+        """bytes of frames received and not yet read, over all jobs (at most AHEAD_BYTES)"""
 
     def parse(self, request: ParseRequest, path: Path, clocks: HostClocks) -> WorkerParse | None:
         """Send ``path`` to the worker; None when there is no worker (then parse in process)."""
@@ -202,9 +209,8 @@ class ParseWorker:
                 frame = None
             if frame is None:
                 break
-            message = pickle.loads(frame)
-            self._deliver(self._jobs[0], message)
-            if message[0] != "rows":
+            self._deliver(self._jobs[0], frame)
+            if frame[0] in LAST:
                 with self._lock:
                     self._jobs.popleft()
         with self._lock:  # the worker is gone: whoever waits on a job hears it, and no job is sent again
@@ -214,12 +220,21 @@ class ParseWorker:
         for job in orphans:
             self._deliver(job, None)
 
-    def _deliver(self, job: WorkerParse, message: tuple | None) -> None:
-        if message is not None:
-            while not self.room.acquire(timeout=0.1):
-                if self._closed.is_set():
-                    return
-        job.messages.put(message)
+    def _deliver(self, job: WorkerParse, frame: bytes | None) -> None:
+        if frame is not None:
+            with self._room:
+                while self._held and self._held + len(frame) > AHEAD_BYTES:
+                    if self._closed.is_set():
+                        return
+                    self._room.wait(0.1)
+                self._held += len(frame)
+        job.messages.put(frame)
+
+    def release(self, size: int) -> None:
+        """A frame of ``size`` bytes has been read: room for the worker to go on."""
+        with self._room:
+            self._held -= size
+            self._room.notify_all()
 
     def close(self) -> None:
         """Stop the worker (after the run, or when it is interrupted)."""

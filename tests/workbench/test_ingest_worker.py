@@ -40,7 +40,7 @@ def _evidence(root):
 def _ingested(monkeypatch, path, evidence, worker: bool, ahead: int = 1) -> dict:
     monkeypatch.setattr(ingest, "WORKER_BYTES", 0 if worker else 1 << 62)
     monkeypatch.setattr(ingest, "SEND_AHEAD", ahead if worker else 0)
-    monkeypatch.setattr(parse_worker, "AHEAD_FRAMES", 1)
+    monkeypatch.setattr(parse_worker, "AHEAD_BYTES", 1)  # one frame at a time: the worker waits, resumes
     started = []
     real_parse = parse_worker.ParseWorker.parse
 
@@ -114,7 +114,7 @@ from collectors.base import HostFact
 from workbench.row_columns import prepared
 size = struct.unpack("<Q", sys.stdin.buffer.read(8))[0]
 sys.stdin.buffer.read(size)
-data = pickle.dumps(("rows", *prepared([HostFact("kernel", "6.8.0")])))
+data = b"r" + pickle.dumps(("rows", *prepared([HostFact("kernel", "6.8.0")])))
 sys.stdout.buffer.write(struct.pack("<Q", len(data)) + data)
 sys.stdout.buffer.flush()
 """
