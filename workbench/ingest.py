@@ -11,6 +11,7 @@ rest lands; an interrupted run keeps and seals what it had committed.
 from __future__ import annotations
 
 import collections
+import contextlib
 import gzip
 import lzma
 import os
@@ -257,36 +258,37 @@ def ingest_paths(bundle: Bundle, paths: list[str], *, kind: str | None = None, h
     session = Session(bundle, boot_time=boot_time)
     planned: list[tuple[int, int, Item, str, ModuleType | None, str | None]] = []
     results: list[FileResult] = []
-    if SEND_AHEAD:
-        session.worker.start()
     try:
         with tempfile.TemporaryDirectory(prefix="gpuwb-ingest-") as tmp:
-            for path in paths:
-                for item in list(expand(path, Path(tmp), bundle_files(bundle))):
-                    item.name = text(item.name)
-                    if isinstance(item, Refusal):
-                        item.reason = text(item.reason)
-                        results.append(FileResult(path=item.name, kind="-", host=host, status=item.status,
-                                                  error=item.reason))
-                        continue
-                    item.rel_parts = tuple(text(p) for p in item.rel_parts)
-                    item_host = host or host_from_parts(item.rel_parts)
-                    try:
-                        item_kind, module = _classify(item, kind, forced)
-                    except OSError as exc:
-                        results.append(FileResult(path=item.name, kind="-", host=item_host, status="error",
-                                                  error=f"cannot read: {exc.strerror or exc}"))
-                        continue
-                    prio = getattr(module, "PRIORITY", 50) if module else 99
-                    planned.append((prio, len(planned), item, item_kind, module, item_host))
+            found = [item for path in paths for item in list(expand(path, Path(tmp), bundle_files(bundle)))]
+            ahead = SEND_AHEAD if _bytes_on_disk(found) >= WORKER_BYTES else 0  # a few small files: no worker
+            if ahead:
+                session.worker.start()  # its imports overlap the sniffing below
+            for item in found:
+                item.name = text(item.name)
+                if isinstance(item, Refusal):
+                    item.reason = text(item.reason)
+                    results.append(FileResult(path=item.name, kind="-", host=host, status=item.status,
+                                              error=item.reason))
+                    continue
+                item.rel_parts = tuple(text(p) for p in item.rel_parts)
+                item_host = host or host_from_parts(item.rel_parts)
+                try:
+                    item_kind, module = _classify(item, kind, forced)
+                except OSError as exc:
+                    results.append(FileResult(path=item.name, kind="-", host=item_host, status="error",
+                                              error=f"cannot read: {exc.strerror or exc}"))
+                    continue
+                prio = getattr(module, "PRIORITY", 50) if module else 99
+                planned.append((prio, len(planned), item, item_kind, module, item_host))
             planned.sort(key=lambda p: (p[0], p[1]))
             sent = 0
             for at, (_, _, item, item_kind, module, item_host) in enumerate(planned):
-                for _, _, ahead, ahead_kind, ahead_module, ahead_host in planned[max(sent, at):at + SEND_AHEAD]:
-                    session.send_ahead(session.request(name=ahead.name, kind=ahead_kind, module=ahead_module,
-                                                       host=ahead_host, mtime=ahead.mtime, unwrap=ahead.unwrap),
-                                       ahead.path, ahead_module)
-                sent = max(sent, at + SEND_AHEAD)
+                for _, _, next_item, next_kind, next_module, next_host in planned[max(sent, at):at + ahead]:
+                    session.send_ahead(session.request(name=next_item.name, kind=next_kind, module=next_module,
+                                                       host=next_host, mtime=next_item.mtime,
+                                                       unwrap=next_item.unwrap), next_item.path, next_module)
+                sent = max(sent, at + ahead)
                 try:
                     result = session.store_and_parse(item.open, name=item.name, kind=item_kind, module=module,
                                                      host=item_host, source=item.name, mtime=item.mtime,
@@ -368,6 +370,15 @@ def _classify(item: Item, kind: str | None, forced: ModuleType | None) -> tuple[
     if found is None:
         return "unknown", None
     return found
+
+
+def _bytes_on_disk(found: list[Item | Refusal]) -> int:
+    total = 0
+    for item in found:
+        if isinstance(item, Item) and item.path is not None:
+            with contextlib.suppress(OSError):
+                total += item.path.stat().st_size
+    return total
 
 
 def _is_big(path: Path) -> bool:
