@@ -7,8 +7,9 @@ one interpreter lock (measured: a threaded overlap was no faster end to end). Th
 pickled in frames over a pipe; the ingest process writes them only once the store has said the bytes are
 new, and takes the worker's clocks after the file, so the bundle is the same with or without it.
 
-The worker is started on the first big file and serves the whole run. If it cannot start or dies, the
-file in flight ends with a counted skip (as a parser error would) and the run parses the rest in process.
+One worker serves the whole run (``ingest`` starts it before sniffing when the inputs reach 4 MiB). If it
+cannot start, or dies before it sent any row of a file, that file is parsed in process; if it dies later,
+the file ends with a counted skip (as a parser error would). Either way the run parses the rest in process.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ LAST = frozenset(b"df")
 
 
 def _write_frame(out: BinaryIO, message: tuple) -> None:
+    """An answer, tagged with the first letter of its kind so the ingest process can route it unread."""
     data = message[0][:1].encode() + pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     out.write(FRAME.pack(len(data)))
     out.write(data)
@@ -61,9 +63,9 @@ def _read_frame(inp: BinaryIO) -> bytes | None:
 
 
 def serve(inp: BinaryIO, out: BinaryIO) -> None:
-    """Answer jobs until the input ends: each job is (request, path, clocks); the answer is frames of
-    ``("rows", tables, skips)`` (workbench/row_columns.py ``prepared``) and one ``("done", summary,
-    clocks)`` or ``("failed", reason)``."""
+    """Answer jobs until the input ends: each job is a pickled (request, path, clocks); the answer is
+    tagged frames of ``("rows", tables, skips)`` (workbench/row_columns.py ``prepared``) and one
+    ``("done", summary, clocks)`` or ``("failed", reason)``."""
     while (job := _read_frame(inp)) is not None:
         request, path, clocks = pickle.loads(job)
         summary = ParseSummary()
@@ -201,7 +203,7 @@ class ParseWorker:
                 proc.stdin.flush()
 
     def _receive(self, proc: subprocess.Popen[bytes]) -> None:
-        """Answers go to the oldest job's queue; a full queue holds the worker back (bounded memory)."""
+        """Answers go to the oldest job's queue, unread; past AHEAD_BYTES waiting, the worker is held back."""
         while True:
             try:
                 frame = _read_frame(proc.stdout)
