@@ -34,8 +34,7 @@ def utc_naive(value: datetime | None) -> datetime | None:
 def columns_of(rows: list[Row]) -> Columns:
     """Rows of one type as stored columns, in the type's field order."""
     names = [field.name for field in dataclasses.fields(rows[0])]
-    values = zip(*map(operator.attrgetter(*names), rows)) if len(names) > 1 else [[getattr(r, names[0]) for r in rows]]
-    columns: Columns = dict(zip(names, map(list, values)))
+    columns: Columns = dict(zip(names, map(list, zip(*map(operator.attrgetter(*names), rows)))))  # 3+ fields each
     for name in names:
         if name in JSON_FIELDS:
             columns[name] = _json_texts(columns[name])
