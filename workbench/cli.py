@@ -1,7 +1,8 @@
 """``gpuwb``: the command line. Each sub-command is a module of ``workbench.commands``.
 
 Usage and input errors exit 2 with one line on stderr, never a traceback. Anything else is a bug:
-one line saying so, the traceback kept in a file that line names, exit 70 (EX_SOFTWARE).
+one line saying so, the traceback kept in a file that line names, exit 70 (EX_SOFTWARE). Ctrl-C ends a
+command with exit 130; SIGTERM and SIGHUP are handled the same way and end it with exit 143 and exit 129.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import importlib
 import os
 import pkgutil
+import signal
 import sys
 import tempfile
 import traceback
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import workbench.commands
 from workbench import __version__
-from workbench.errors import GpuwbError
+from workbench.errors import GpuwbError, Terminated
 from workbench.table import printable
 
 COMMAND_ORDER = ("capture", "cluster", "record", "ingest", "timeline", "analyze", "open", "report", "export",
@@ -77,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    previous = _terminate_like_interrupt()
     try:
         code = int(args._run(args) or 0)
         sys.stdout.flush()  # here, not at exit: a closed pipe must end up in the handler below
@@ -90,6 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # the file system said no (missing folder, permission, disk full): one line
         print(f"gpuwb: error: {printable(_os_message(exc))}", file=sys.stderr)
         return 2
+    except Terminated as exc:
+        print(f"gpuwb: terminated by {signal.Signals(exc.signum).name}", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
         print("gpuwb: interrupted", file=sys.stderr)
         return 130
@@ -104,6 +110,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = printable((str(exc).splitlines() or [""])[0])
         print(f"gpuwb: internal error: {type(exc).__name__}: {message} ({where})", file=sys.stderr)
         return EX_SOFTWARE
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _terminate_like_interrupt() -> dict[int, object]:
+    """SIGTERM and SIGHUP raise :class:`Terminated` (a KeyboardInterrupt) in the main thread, so a command
+    stopped by its scheduler or a closed terminal cleans up the way Ctrl-C does. Returns the handlers it
+    replaced, for ``main`` to put back (tests call ``main`` in-process). Only from the main thread: signal
+    handlers cannot be set from another one."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, _raise_terminated) for signum in (signal.SIGTERM, signal.SIGHUP)}
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated(signum)
 
 
 def _is_storage_error(exc: Exception) -> bool:

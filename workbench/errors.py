@@ -18,3 +18,16 @@ class UsageError(GpuwbError):
 class InputError(GpuwbError, ValueError):
     """A value the user gave that cannot be read (a time, a journal field). Also a ValueError, so that
     callers parsing values with ``except ValueError`` keep working."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the process happens to be, like Ctrl-C's KeyboardInterrupt.
+
+    Slurm, Kubernetes and systemd stop a job with SIGTERM (a closed terminal sends SIGHUP); Python's default
+    for both is to die at once, leaving a capture unwritten and an ingest's committed artifacts unsealed.
+    Being a KeyboardInterrupt, it takes every path Ctrl-C already takes (roll back the open group, seal what
+    was committed as incomplete); the command line then exits 128 + the signal's number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
