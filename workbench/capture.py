@@ -97,10 +97,6 @@ class CaptureResult(tuple):  # type: ignore[type-arg]
     def outcomes(self) -> list[CollectorOutcome]:
         return self[1]
 
-    @property
-    def complete(self) -> bool:
-        return self[2]
-
 
 @dataclass
 class CollectorOutcome:
@@ -698,7 +694,8 @@ def _run_children(modules: list[ModuleType], spool_root: Path, host: str, since:
                   progress: Callable[[CollectorOutcome], None] | None, watch: _StopWatch) -> None:
     """Every collector in a forked child with its deadline. This process is a subreaper meanwhile, so
     whatever a collector started comes back to it when the collector dies, and is killed; on return
-    (also by an interrupt) no process any collector started is left."""
+    (also by an interrupt) no process any collector started is left. Children this process had before
+    are left alone; one that another thread of it started meanwhile would be taken for a stray."""
     ctx = multiprocessing.get_context("fork")
     running: dict[str, tuple[Any, float, float]] = {}
     keep = _children()  # the caller's own children, not ours to kill
