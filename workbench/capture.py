@@ -698,6 +698,7 @@ def _run_children(modules: list[ModuleType], spool_root: Path, host: str, since:
     are left alone; one that another thread of it started meanwhile would be taken for a stray."""
     ctx = multiprocessing.get_context("fork")
     running: dict[str, tuple[Any, float, float]] = {}
+    started: list[Any] = []
     keep = _children()  # the caller's own children, not ours to kill
     was_subreaper = become_subreaper()
     try:
@@ -713,6 +714,7 @@ def _run_children(modules: list[ModuleType], spool_root: Path, host: str, since:
             with _signals_held():
                 proc.start()
                 running[module.NAME] = (proc, began, deadline)
+                started.append(proc)
                 keep.add(proc.pid)
         while running:
             for name, (proc, began, deadline) in list(running.items()):
@@ -742,7 +744,7 @@ def _run_children(modules: list[ModuleType], spool_root: Path, host: str, since:
         with _signals_held():
             for proc, _, _ in running.values():
                 _kill(proc)
-            stuck = reap_strays(keep)
+            stuck = sorted(reap_strays(keep) + [p.pid for p in started if p.is_alive()])
             if was_subreaper is not None:
                 become_subreaper(was_subreaper)
         if stuck:

@@ -150,7 +150,8 @@ def _interrupted_mid_command(out: str, ready: str) -> None:
     registry.all_collectors = lambda: (_module("secret", _prints_a_secret_and_hangs, timeout=60),)
     Path(ready).write_text("")
     result = capture(out)
-    os._exit(5 if result.stopped_by == signal.SIGINT and not result.complete else 4)
+    _, _, complete = result
+    os._exit(5 if result.stopped_by == signal.SIGINT and not complete else 4)
 
 
 def test_a_command_cut_by_ctrl_c_keeps_its_output_redacted(tmp_path):
