@@ -6,7 +6,8 @@ A collector is a module that declares what it is and offers up to three function
     LAYER: str                 default layer of its events (business, scheduling, gpu,
                                network_storage, hardware)
     KINDS: tuple[str, ...]     artifact kinds it can parse
-    TIMEOUT: float             seconds its live capture may take before it is cut off
+    TIMEOUT: float             seconds its live capture may take before it is cut off; its
+                               commands share it (ctx.run gives each at most what is left)
     PRIORITY: int              parse order at ingest (lower first; host facts go first so
                                that boot times and years are known to later parsers)
 
@@ -182,7 +183,10 @@ class CaptureContext(Protocol):
     options: dict[str, Any]
 
     def run(self, argv: list[str], *, kind: str, timeout: float | None = None,
-            max_bytes: int | None = None) -> Artifact: ...
+            max_bytes: int | None = None) -> Artifact:
+        """``timeout`` is an upper bound: a command gets no more than is left of the collector's TIMEOUT
+        (less a margin to spool its output), and none is started when nothing is left."""
+        ...
 
     def read_file(self, path: str, *, kind: str, max_bytes: int | None = None,
                   tail: bool = False) -> Artifact | None: ...

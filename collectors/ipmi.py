@@ -29,7 +29,8 @@ from collectors.base import Artifact, CaptureContext, Event, HostFact, ParseCont
 NAME = "ipmi"
 LAYER = "hardware"
 KINDS = ("ipmi_sel", "sensors")
-TIMEOUT = 40.0
+TIMEOUT = 45.0
+"""ipmitool sel elist (30 s: a slow BMC) then sensors (10 s), and the spool margin."""
 
 SENSOR_TYPES = (
     "Temperature", "Voltage", "Current", "Fan", "Physical Security", "Platform Security", "Processor",

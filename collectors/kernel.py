@@ -47,7 +47,9 @@ from collectors.base import MAX_LINE_BYTES, Artifact, CaptureContext, Event, Par
 NAME = "kernel"
 LAYER = "hardware"
 KINDS = ("dmesg", "dmesg_ctime", "dmesg_iso", "journal", "syslog", "kmsg", "pstore", "syslog_before_boot")
-TIMEOUT = 20.0
+TIMEOUT = 35.0
+"""Its commands one after the other at their limits (journalctl -k in two formats 8 s + 8 s, the list of boots 4 s,
+two earlier boots 5 s + 5 s) and the spool margin: the whole sequence fits, not only what the clamp leaves."""
 PRIORITY = 10
 """After host facts (boot times), before the collectors whose year-less lines take dates from ours."""
 SIGNATURES_INLINE = True

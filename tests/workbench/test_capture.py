@@ -139,3 +139,38 @@ def test_capture_refuses_to_overwrite(tmp_path):
     duckdb.connect(str(target)).close()
     code, _, err = run_cli("capture", "-o", target)
     assert code == 2 and "already exists" in err
+
+
+def _prints_a_secret_and_hangs(ctx):
+    yield ctx.run(["sh", "-c", "echo HF_TOKEN=hf_abcdefghijklmnop; echo second line; exec sleep 300"],
+                  kind="secret_text", timeout=600)
+
+
+def _interrupted_mid_command(out: str, ready: str) -> None:
+    registry.all_collectors = lambda: (_module("secret", _prints_a_secret_and_hangs, timeout=60),)
+    Path(ready).write_text("")
+    result = capture(out)
+    _, _, complete = result
+    os._exit(5 if result.stopped_by == signal.SIGINT and not complete else 4)
+
+
+def test_a_command_cut_by_ctrl_c_keeps_its_output_redacted(tmp_path):
+    """The collector is killed mid-command, before it could emit (and redact) what the command printed: the
+    capture stores that output itself, marked cut, with the secret masked as the collector would have."""
+    out, ready = tmp_path / "b.duckdb", tmp_path / "ready"
+    proc = multiprocessing.get_context("fork").Process(target=_interrupted_mid_command, args=(str(out), str(ready)))
+    proc.start()
+    deadline = time.monotonic() + 10
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.5)  # the command has printed and hangs
+    os.kill(proc.pid, signal.SIGINT)
+    proc.join(timeout=30)
+    assert proc.exitcode == 5
+    with Bundle.open(out) as bundle:
+        (art,) = bundle.artifacts()
+        raw = b"".join(bundle.artifact_bytes(art["sha256"]))
+        info = json.loads(bundle.con.execute("SELECT info FROM artifact").fetchall()[0][0])
+        assert bundle.verify() == []
+    assert b"hf_abcdefghijklmnop" not in raw and raw.endswith(b"second line\n")
+    assert info["cut"] == "its collector was stopped while it ran" and info["redacted_values"] == 1

@@ -6,7 +6,9 @@ says what was collected and what was not, and why."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,7 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from workbench.capture import capture
-    from workbench.commands._summary import print_summary
 
     since = parse_since(args.since)
     output = Path(args.output or f"incident-{_hostname()}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.duckdb")
@@ -65,9 +66,25 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown collector {name!r}; known: {', '.join(sorted(known))}")
     print(f"gpuwb capture: {len([m for m in registry.all_collectors() if hasattr(m, 'capture')])} collectors, "
           f"window since {since:%Y-%m-%d %H:%M:%S}Z -> {output}", file=sys.stderr)
-    path, outcomes, complete = capture(output, since=since, options=options, only=args.only, skip=skip,
-                                       title=args.title, redact=not args.no_redact,
-                                       timeout_scale=args.timeout_scale, progress=_progress)
+    result = capture(output, since=since, options=options, only=args.only, skip=skip, title=args.title,
+                     redact=not args.no_redact, timeout_scale=args.timeout_scale, progress=_progress)
+    try:
+        _report(result.path, result.outcomes, skip)
+    except OSError:
+        if result.stopped_by is None:
+            raise
+        # SIGHUP: the terminal is gone; the bundle is written, the exit status says why it is incomplete
+    if result.stopped_by is not None:
+        name = "interrupted" if result.stopped_by == signal.SIGINT else signal.Signals(result.stopped_by).name
+        with contextlib.suppress(OSError):
+            print(f"bundle {result.path} is INCOMPLETE ({name})", file=sys.stderr)
+        return 128 + result.stopped_by
+    return 0
+
+
+def _report(path: Path, outcomes: list[CollectorOutcome], skip: list[str]) -> None:
+    from workbench.commands._summary import print_summary
+
     print()
     print("Coverage")
     print(format_table(["collector", "status", "artifacts", "events", "seconds", "reason"],
@@ -77,16 +94,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name}: skipped by request")
     print()
     print_summary(path)
-    if not complete:
-        print(f"bundle {path} is INCOMPLETE (interrupted)", file=sys.stderr)
-        return 130
-    return 0
 
 
 def _progress(outcome: CollectorOutcome) -> None:
-    """While collectors run only their process state is known; what they got is in the coverage table."""
+    """While collectors run only their process state is known; what they got is in the coverage table.
+    A closed terminal (SIGHUP) must not stop the capture here."""
     state = "cut off" if outcome.status == "timeout" else "finished"
-    print(f"  {outcome.name:<12} {state:<8} {outcome.duration_s:5.1f}s", file=sys.stderr)
+    with contextlib.suppress(OSError):
+        print(f"  {outcome.name:<12} {state:<8} {outcome.duration_s:5.1f}s", file=sys.stderr)
 
 
 def _hostname() -> str:

@@ -12,6 +12,7 @@ renamed over it, so a reader never sees a half-written bundle nor finds it locke
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -37,6 +38,8 @@ SETTLE_S = 2.0
 """Extra wait after ``--after`` so that the recorder's last poll of the window is on disk."""
 HOST_KERNEL_SOURCES = ("kernel:journal", "kernel:kmsg")
 EX_SOFTWARE = 70
+CAPTURE_STOP_GRACE_S = 30.0
+"""How long a capture stopped at its timeout gets to kill what its collectors started and end."""
 
 
 def _iso(epoch: float) -> str:
@@ -167,13 +170,28 @@ def run_capture(config: RecorderConfig, spec: dict[str, Any], since: float, fold
     try:
         _, err = proc.communicate(timeout=config.capture_timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # its collectors too, each in the capture's process group or below
-        proc.communicate()
+        _stop_capture(proc)
         return None, f"timeout: gpuwb capture did not finish within {config.capture_timeout_s:g} s"
     if not out.exists():
         last = (err or b"").decode("utf-8", "replace").strip().splitlines()
         return None, f"error: gpuwb capture exited with {proc.returncode}: {last[-1] if last else 'no message'}"
     return out, ""
+
+
+def _stop_capture(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM first: the capture then kills every process its collectors started, which run in sessions
+    of their own where no process-group kill reaches them. SIGKILL only if it has not ended after
+    CAPTURE_STOP_GRACE_S; every wait is bounded (a survivor holding the stderr pipe must not hold us)."""
+    proc.terminate()
+    try:
+        proc.communicate(timeout=CAPTURE_STOP_GRACE_S)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=5)
 
 
 def freeze(spec: dict[str, Any]) -> Path:
