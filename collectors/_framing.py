@@ -35,6 +35,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
+from collectors._json_items import no_lone_surrogates
 from collectors.base import MONTHS, from_monotonic, infer_year
 
 ISO = (r"(?P<date>\d{4}-\d\d-\d\d)[T _](?P<clock>\d\d:\d\d:\d\d)(?:(?P<sep>[.,])(?P<frac>\d{1,9}))?"
@@ -393,7 +394,7 @@ def _docker(text: str, out: Framed, wrappers: list[str], reference: datetime | N
             boot: datetime | None) -> tuple[int, bool] | None:
     """docker json-file: the ``log`` string is the line (its newline dropped), framed again inside."""
     try:
-        doc = json.loads(text)
+        doc = json.loads(no_lone_surrogates(text))
     except ValueError:
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("log"), str):

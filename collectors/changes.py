@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any, BinaryIO
 
+from collectors._json_items import ITEM_ERRORS, decoded
 from collectors.base import (
     MONTHS,
     Artifact,
@@ -481,7 +482,7 @@ def _parse_records(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
     if len(data) > MAX_RECORDS_BYTES:
         yield Skipped(None, f"change records larger than {MAX_RECORDS_BYTES >> 20} MiB; only the start was read")
         data = data[:MAX_RECORDS_BYTES]
-    text = data.decode("utf-8", "replace").lstrip("\ufeff")
+    text = decoded(data).lstrip("\ufeff")
     stripped = text.lstrip()
     records: list[tuple[int | None, dict[str, Any]]] = []
     if stripped.startswith(("[", "{")):
@@ -512,7 +513,11 @@ def _parse_records(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
         except csv.Error as exc:
             yield Skipped(reader.line_num, f"CSV error: {exc}")
     for n, record in records:
-        row = _record_event(record, n)
+        try:
+            row = _record_event(record, n)
+        except ITEM_ERRORS as exc:  # one record of the wrong shape costs no other
+            yield Skipped(n, f"unreadable change record ({type(exc).__name__})")
+            continue
         if row is None:
             yield Skipped(n, "change record without 'what'")
         else:
@@ -557,10 +562,10 @@ def parse_record_time(value: Any) -> tuple[datetime | None, str]:
     if value is None:
         return None, "none"
     if isinstance(value, (int, float)) or (isinstance(value, str) and re.fullmatch(r"\d{9,13}(\.\d+)?", value.strip())):
-        seconds = float(value)
-        if seconds > 1e11:
-            seconds /= 1000.0
         try:
+            seconds = float(value)
+            if seconds > 1e11:
+                seconds /= 1000.0
             return datetime.fromtimestamp(seconds, tz=timezone.utc), "iso"
         except (OverflowError, ValueError, OSError):
             return None, "none"

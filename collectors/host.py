@@ -19,6 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import BinaryIO
 
+from collectors._json_items import decoded
 from collectors._redact import redact_env
 from collectors.base import Artifact, CaptureContext, HostFact, ParseContext, Row, Skipped
 
@@ -157,7 +158,7 @@ def parse_date_output(line: str) -> datetime | None:
 
 def _parse_facts(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
     try:
-        facts = json.loads(stream.read(8 << 20).decode("utf-8", "replace"))
+        facts = json.loads(decoded(stream.read(8 << 20)))
     except ValueError as exc:
         yield Skipped(None, f"host facts are not JSON: {exc}")
         return

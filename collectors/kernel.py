@@ -418,29 +418,16 @@ class _Parser:
         return sorted(heads), idx + int(count_nonzero(newline[counted_to - lo:]))
 
     def _bad_lines(self, block: _Block, newline: Any) -> Iterator[tuple[int, str]]:
-        """Lines that are not text: NUL bytes or invalid UTF-8 (found without decoding good blocks)."""
+        """Lines that are not text: NUL bytes. Invalid UTF-8 is not one: such a line is decoded with
+        U+FFFD in place of the bytes that do not decode and kept (an Xid line cut by a crash or with
+        one stray byte is still the Xid)."""
         np = self.np
         buf, lo, hi = block.buf, block.lo, block.hi
-        arr = np.frombuffer(buf, dtype=np.uint8, count=hi - lo, offset=lo)
         if buf.find(b"\x00", lo, hi) >= 0:
+            arr = np.frombuffer(buf, dtype=np.uint8, count=hi - lo, offset=lo)
             newlines = np.flatnonzero(newline)
             for idx in np.unique(np.searchsorted(newlines, np.flatnonzero(arr == 0))).tolist():
                 yield idx, "binary data (NUL bytes)"
-        if hi == lo or arr.max() < 0x80:
-            return
-        try:
-            buf[lo:hi].decode("utf-8")
-            return
-        except UnicodeDecodeError:
-            pass
-        newlines = np.flatnonzero(newline)
-        starts = np.concatenate(([0], newlines + 1))
-        for idx in np.unique(np.searchsorted(newlines, np.flatnonzero(arr >= 0x80))).tolist():
-            end = int(newlines[idx]) if idx < newlines.size else hi - lo
-            try:
-                buf[lo + int(starts[idx]):lo + end].decode("utf-8")
-            except UnicodeDecodeError:
-                yield idx, "not UTF-8 text"
 
     @staticmethod
     def _head_of(block: _Block, start: int, idx: int) -> tuple[int, int]:
@@ -711,6 +698,7 @@ def _windows_regex(plain: set[bytes], narrowed: list[bytes], anchors: Iterable[s
         return None
     options = re2.Options()
     options.max_mem = 64 << 20
+    options.encoding = re2.Options.Encoding.LATIN1  # a byte each: ``[^\n]*`` goes on past invalid UTF-8
     alternatives = [re.escape(w) for w in sorted(plain, key=lambda w: (-len(w), w))]
     return re2.compile(b"|".join(alternatives + _narrowed(narrowed, anchors)), options)
 

@@ -761,7 +761,7 @@ class _Reader:
             if len(self.hosts) < 4096:
                 self.hosts.add(host)
             ch, src, dst, via, direction = m.group("ch", "src", "dst", "via", "dir")
-            self._add_channel(proc, ch.decode(), src.decode(), dst.decode(), via.decode(),
+            self._add_channel(proc, ch.decode(), src.decode(), dst.decode(), via.decode("utf-8", "replace"),
                               direction.decode() if direction else None)
 
     @staticmethod
@@ -1093,6 +1093,7 @@ def _hits_regex() -> Any:
 
     options = re2.Options()
     options.max_mem = 64 << 20
+    options.encoding = re2.Options.Encoding.LATIN1  # a byte each: a class such as ``[^I]`` takes invalid UTF-8
     info = rb"NCCL INFO (?:" + "|".join(_INFO_KEEP).encode() + rb"|[^\t\n\v\f\r :]+:[0-9]+ -> [0-9])"
     rest = [rb"NCCL(?: (?:[^I]|I[^N]|IN[^F]|INF[^O]|INFO[^ ])|[.(']|Utils)",
             rb"CU(?:DA (?:error|out of memory|driver error)|BLAS_STATUS_|DNN_STATUS_)",

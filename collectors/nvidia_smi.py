@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, BinaryIO
 
+from collectors._json_items import no_lone_surrogates
 from collectors.base import (
     Artifact,
     CaptureContext,
@@ -76,6 +77,8 @@ _Q_GPU = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0
 _KV = re.compile(r"^(\s*)([A-Za-z0-9][^:]*?)\s+:(?:\s(.*))?$")
 _HEADER = re.compile(r"^(\s*)([A-Za-z][\w .()/+,-]*?)\s*$")
 _XML_START = re.compile(r"^\s*<(?:\?xml|!DOCTYPE\s+nvidia_smi_log|nvidia_smi_log)")
+_XML_GPU = re.compile(r"^\s*<gpu[\s>]")
+"""A <gpu> element starting its line: where reading resumes after a damaged one."""
 _TABLE_HEAD = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s*(\S+)(?:\s+CUDA Version:\s*(\S+))?")
 _TABLE_GPU1 = re.compile(r"^\|\s*(\d+)\s+(.+?)\s+(On|Off)\s*\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)"
                          r"\s+(On|Off)\s*\|\s*(\S+)\s*\|")
@@ -705,8 +708,10 @@ class QBlock(Block):
 
 class XmlBlock(Block):
     """``nvidia-smi -q -x``: parsed incrementally, each <gpu> turned into rows when it closes. A
-    document cut short (pasted excerpts often are) still yields the GPU it was inside; lines after
-    a well-formedness error are counted as skipped."""
+    document cut short (pasted excerpts often are, and so is the output of an nvidia-smi killed at its
+    deadline) still yields the GPU it was inside. A well-formedness error is one counted skip: the GPU it
+    is in yields what was read of it, its other lines are passed over, and the next ``<gpu`` line starts
+    a fresh parser, so one damaged GPU costs no other."""
 
     def __init__(self, parser: TextParser) -> None:
         super().__init__(parser)
@@ -716,7 +721,7 @@ class XmlBlock(Block):
         self.open_gpu: ET.Element | None = None
         self.header: dict[str, str] = {}
         self.dtd: str | None = None
-        self.broken: str | None = None
+        self.broken = False
         self.done = False
         self.clock = Clock()
 
@@ -724,9 +729,15 @@ class XmlBlock(Block):
         if self.done:
             return [], False
         if self.broken:
-            if line.strip().startswith("<") or not line.strip():
-                return [Skipped(n, f"XML not well-formed ({self.broken})")], True
-            return [], False
+            if _XML_GPU.match(line):
+                self._resume()
+            elif line.strip() == "</nvidia_smi_log>":
+                self.done = True
+                return [], True
+            elif line.strip().startswith("<") or not line.strip() or line[:1].isspace():
+                return [], True  # the damaged GPU's lines: markup, or text indented inside an element
+            else:
+                return [], False
         if (m := re.search(r'SYSTEM\s+"([\w.]+)\.dtd"', line)) and self.dtd is None:
             self.dtd = m.group(1)
         rows: list[Row] = []
@@ -734,10 +745,18 @@ class XmlBlock(Block):
             self.xml.feed(line + "\n")
             rows.extend(self._events(n))
         except ET.ParseError as exc:
-            self.broken = f"line {n}: {str(exc)[:60]}"
-            rows.append(Skipped(n, f"XML not well-formed ({self.broken})"))
+            self.broken = True
+            rows.append(Skipped(n, "XML not well-formed: " + re.sub(r": line \d+, column \d+", "", str(exc))[:60]))
             rows.extend(self._partial())
         return rows, True
+
+    def _resume(self) -> None:
+        """A fresh parser for the rest of the document, as if inside its root again: entities the damaged
+        part declared are not known to it (an undefined one is one more well-formedness error)."""
+        self.xml = ET.XMLPullParser(events=("start", "end"))
+        self.xml.feed("<nvidia_smi_log>\n")
+        self.depth, self.broken, self.open_gpu, self.lines = 0, False, None, {}
+        list(self._events(0))
 
     def _events(self, n: int) -> Iterator[Row]:
         for event, elem in self.xml.read_events():
@@ -1331,7 +1350,7 @@ class JsonBlock(Block):
 
     def close(self) -> list[Row]:
         try:
-            doc = json.loads("\n".join(self.parts))
+            doc = json.loads(no_lone_surrogates("\n".join(self.parts)))
         except ValueError:
             return [Skipped(self.first, "JSON block is not valid JSON")]
         body = doc.get("body") if isinstance(doc, dict) else None

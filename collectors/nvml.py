@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from types import ModuleType
 from typing import Any, BinaryIO
 
+from collectors._json_items import decoded
 from collectors.base import (
     Artifact,
     CaptureContext,
@@ -608,7 +609,7 @@ def parse(kind: str, stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
         yield Skipped(None, "NVML document larger than 256 MiB")
         return
     try:
-        doc = json.loads(data.decode("utf-8", "replace"))
+        doc = json.loads(decoded(data))
     except ValueError as exc:
         yield Skipped(None, f"not an NVML JSON document: {str(exc)[:80]}")
         return

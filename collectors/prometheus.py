@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
 import math
 import re
@@ -35,6 +36,7 @@ from datetime import datetime, timezone
 from typing import Any, BinaryIO
 
 from collectors import _metric_vocabulary as vocabulary
+from collectors._json_items import Damage, decoded, no_lone_surrogates, values
 from collectors.base import Artifact, CaptureContext, ParseContext, Row, SeriesPoint, Skipped
 
 NAME = "prometheus"
@@ -71,6 +73,7 @@ _HQ = re.compile(r"histogram_quantile\(\s*(?P<q>[0-9.]+)\s*,.*?(?P<metric>[a-zA-
 _SELECTOR = re.compile(r"^\s*(?P<metric>[a-zA-Z_:][\w:]*)\s*(?:\{[^}]*\})?\s*$")
 _MATCHER = re.compile(r"""(?P<name>[a-zA-Z_]\w*)\s*=\s*(?P<quote>['"])(?P<value>(?:[^'"\\]|\\.)*)(?P=quote)""")
 _RANGE = re.compile(r"\[(?P<range>\d+[smhdwy])\]")
+_RESULT_TYPE = re.compile(r'"resultType"\s*:\s*"(\w+)"')
 _SCRAPE_MARK = re.compile(r"^# gpuwb-scrape url=(?P<url>\S+) time=(?P<time>\S+)\s*$")
 _LOOPBACK = re.compile(r"^(?:127\.\d+\.\d+\.\d+|localhost|::1|0\.0\.0\.0)$", re.I)
 
@@ -351,7 +354,8 @@ def describe_query(query: str | None) -> tuple[str | None, dict[str, str]]:
     if m := _HQ.search(query):
         q = m.group("q")
         labels["quantile"] = q
-        labels["stat"] = f"p{float(q) * 100:g}"
+        with contextlib.suppress(ValueError):  # ``0.9.9`` in a hand-written query: no stat
+            labels["stat"] = f"p{float(q) * 100:g}"
         return m.group("metric"), labels
     if m := _SELECTOR.match(query):
         return m.group("metric"), labels
@@ -363,23 +367,55 @@ def _parse_api(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
     if len(raw) > MAX_JSON_BYTES:
         yield Skipped(None, f"API response larger than {MAX_JSON_BYTES >> 20} MiB: not parsed")
         return
-    text = raw.decode("utf-8", "replace")
+    text = decoded(raw)
     ctx.lines_read = text.count("\n") + 1
     query = query_of(ctx.source_name)
-    try:
-        docs: list[tuple[int | None, Any]] = [(None, json.loads(text))]
-    except ValueError:
-        docs = []
-        for n, line in enumerate(text.splitlines(), start=1):  # one response per line (a tool's log)
-            if not line.strip():
-                continue
-            try:
-                docs.append((n, json.loads(line)))
-            except ValueError:
-                yield Skipped(n, "not a JSON API response")
     seen: set[tuple[Any, ...]] = set()
-    for line, doc in docs:
-        yield from _api_doc(doc, ctx, query, line, seen)
+    for line, doc in _api_responses(text):
+        if isinstance(doc, Damage):
+            yield Skipped(line, doc.reason[:200])
+        else:
+            yield from _api_doc(doc, ctx, query, line, seen)
+
+
+def _api_responses(text: str) -> list[tuple[int | None, Any]]:
+    """(line, response) of an API body: the whole text, else one response per line (a tool's log), else
+    the one response cut short or damaged, as the complete series of its result list (see
+    collectors/_json_items.py); each part that is not JSON is a Damage."""
+    try:
+        return [(None, json.loads(text))]
+    except (ValueError, RecursionError):
+        pass
+    per_line: list[tuple[int | None, Any]] = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            per_line.append((n, json.loads(line)))
+        except (ValueError, RecursionError):
+            per_line.append((n, Damage("not a JSON API response")))
+    if any(_is_response(doc) for _, doc in per_line):
+        return per_line
+    responses: list[Any] = []  # whole responses before the damage
+    series: list[Any] = []  # the complete series of the response it is in
+    damage: list[tuple[int | None, Any]] = []
+    for value in values(text, "result"):
+        if isinstance(value, Damage):
+            damage.append((None, Damage(f"API response: {value.reason}")))
+        elif isinstance(value, dict) and ("data" in value or "status" in value):
+            responses.append(value)
+        else:
+            series.append(value)
+    if series:
+        kind = _RESULT_TYPE.search(text)
+        responses.append({"data": {"resultType": kind.group(1) if kind else "matrix", "result": series}})
+    return [(None, doc) for doc in responses] + damage if responses else per_line
+
+
+def _is_response(doc: Any) -> bool:
+    """A whole API response on one line (an object, or promtool's list of series), not a stray piece
+    of a pretty-printed one (a ``"3"`` or a ``[t, "v"]`` pair alone on its line)."""
+    return isinstance(doc, dict) or (isinstance(doc, list) and bool(doc) and all(isinstance(d, dict) for d in doc))
 
 
 def _api_doc(doc: Any, ctx: ParseContext, query: str | None, line: int | None, seen: set[tuple[Any, ...]],
@@ -443,7 +479,7 @@ def _api_point(pair: Any, name: str, labels: dict[str, str], host: str | None) -
         stamp, text = pair
         value = float(text)
         when = _utc(float(stamp))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer too large for a float
         return Skipped(None, "malformed [time, value] pair")
     if not math.isfinite(value):
         return Skipped(None, "non-finite value (NaN/Inf)")
@@ -459,7 +495,7 @@ def _logged_doc(line: str) -> Any:
     start, end = line.find("{"), line.rfind("}")
     if start < 0 or end <= start:
         return None
-    body = line[start: end + 1]
+    body = no_lone_surrogates(line[start: end + 1])
     try:
         return json.loads(body)
     except ValueError:

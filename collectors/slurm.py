@@ -30,6 +30,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, BinaryIO
 
 from collectors._hostlist import expand_hostlist
+from collectors._json_items import decoded, no_lone_surrogates, one_item
 from collectors.base import (
     MONTHS,
     Artifact,
@@ -369,7 +370,7 @@ def _unwrap(line: str) -> str:
     if not m:
         return line
     try:
-        return json.loads(f'"{m.group(1)}"')
+        return json.loads(no_lone_surrogates(f'"{m.group(1)}"'))
     except ValueError:
         return m.group(1)
 
@@ -594,7 +595,7 @@ def _parse_json(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
         yield Skipped(None, f"Slurm JSON larger than {MAX_JSON_BYTES >> 20} MiB")
         return
     try:
-        doc = json.loads(data.decode("utf-8", "replace"))
+        doc = json.loads(decoded(data))
     except ValueError as exc:
         yield Skipped(None, f"not valid JSON: {exc}"[:200])
         return
@@ -606,17 +607,17 @@ def _parse_json(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
     if release:
         yield HostFact("versions.slurm", str(release))
     snapshot = ctx.mtime
-    for job in doc.get("jobs") or []:
-        if isinstance(job, dict):
-            yield from _json_job(job, broken, snapshot)
-    for node in doc.get("nodes") or []:
-        if isinstance(node, dict):
-            event = _json_node(node, snapshot)
-            if event is not None:
-                yield event
-    for entry in doc.get("sinfo") or []:
-        if isinstance(entry, dict):
-            yield from _json_sinfo(entry, snapshot)
+    readers = (("jobs", lambda job: _json_job(job, broken, snapshot)),
+               ("nodes", lambda node: [e for e in (_json_node(node, snapshot),) if e is not None]),
+               ("sinfo", lambda entry: _json_sinfo(entry, snapshot)))
+    for key, read in readers:  # one item that cannot be read is one counted skip, the others are read
+        items = doc.get(key) or []
+        if not isinstance(items, list):
+            yield Skipped(None, f"Slurm JSON {key!r} is not a list")
+            continue
+        for item in items:
+            if isinstance(item, dict):
+                yield from one_item(lambda item=item, read=read: read(item), f"Slurm JSON {key!r} item")
 
 
 def _dig(obj: Any, *keys: str) -> Any:

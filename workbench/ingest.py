@@ -15,7 +15,6 @@ import contextlib
 import gzip
 import lzma
 import os
-import shutil
 import stat
 import tarfile
 import tempfile
@@ -30,6 +29,7 @@ from typing import Any, BinaryIO
 
 from collectors import registry
 from collectors.base import HostFact
+from workbench import zip_recovery
 from workbench.artifact_rows import HostClocks, ParseRequest, ParseSummary, artifact_rows
 from workbench.bundle import Bundle
 from workbench.derive import run_derivations
@@ -578,11 +578,12 @@ bomb checks count against the outermost archive's size on disk."""
 def _tar_items(full: Path, prefix: tuple[str, ...], tmp: Path, *, label: str = "", compressed: int = 0,
                depth: int = 0) -> Iterator[Item | Refusal]:
     """Members are staged before any is yielded, so a bomb refuses the archive whole; a truncated
-    archive keeps the members read before the damage and says where it stopped."""
+    archive keeps the members read before the damage, and what came of the one it is cut in (as a
+    cut .gz keeps its first bytes), and says where it stopped."""
     label = label or str(full)
     try:
         tar = tarfile.open(full, "r:*")
-    except (tarfile.TarError, OSError) as exc:
+    except ARCHIVE_DAMAGE as exc:  # EOFError: compressed, and cut before its first member's header ends
         raise IngestError(f"{label}: not a readable tar archive ({exc})") from None
     compressed = compressed or full.stat().st_size
     total = 0
@@ -590,7 +591,7 @@ def _tar_items(full: Path, prefix: tuple[str, ...], tmp: Path, *, label: str = "
     refused: list[Refusal] = []
     links = 0
     with tar:
-        current: Path | None = None
+        current: tuple[tuple[str, ...], Path, datetime | None, str] | None = None
         try:
             for member in tar:
                 if not member.isfile():
@@ -606,30 +607,49 @@ def _tar_items(full: Path, prefix: tuple[str, ...], tmp: Path, *, label: str = "
                 if src is None:
                     continue
                 fd, name = tempfile.mkstemp(dir=tmp)
-                current = Path(name)
+                current = (parts, Path(name), _member_time(member.mtime), member.name)
                 with os.fdopen(fd, "wb") as dst, src:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-                staged.append((parts, current, _member_time(member.mtime)))
+                    while block := src.read(64 << 10):  # small reads: a cut member keeps all but this much
+                        dst.write(block)
+                staged.append(current[:3])
                 current = None
         except ARCHIVE_DAMAGE as exc:
-            if current is not None:
-                current.unlink(missing_ok=True)
-            refused.append(Refusal(label, "error", f"truncated or damaged archive: kept the {len(staged)} "
-                                   f"file(s) before the damage ({exc})"))
+            refused.append(Refusal(label, "error", _keep_cut_member(len(staged), current, staged, exc)))
     if links:
         refused.append(Refusal(label, "skipped", f"{links} link(s) or special file(s) in the archive: not followed"))
     yield from _staged_items(staged, prefix, label, tmp, compressed, depth)
     yield from refused
 
 
+def _keep_cut_member(complete: int, current: tuple[tuple[str, ...], Path, datetime | None, str] | None,
+                     staged: list[tuple[tuple[str, ...], Path, datetime | None]], exc: BaseException) -> str:
+    """Stages the first bytes of the member a truncated or damaged archive is cut in (its temp file is
+    removed when it has none) and says what the archive kept: the refusal line of the ingest result."""
+    note = f"truncated or damaged archive: kept the {complete} file(s) before the damage ({exc})"
+    if current is None:
+        return note
+    parts, path, mtime, name = current
+    size = path.stat().st_size if path.exists() else 0
+    if not size:
+        path.unlink(missing_ok=True)
+        return f"{note}; cut in member {complete + 1} ({name})"
+    staged.append((parts, path, mtime))
+    return f"{note}; cut in member {complete + 1} ({name}): kept its first {size} bytes"
+
+
 def _zip_items(full: Path, prefix: tuple[str, ...], tmp: Path, *, label: str = "", compressed: int = 0,
                depth: int = 0) -> Iterator[Item | Refusal]:
+    """A zip's members through its central directory; a zip without one that reads (cut short) is read
+    from its members' own headers instead (_salvaged_zip)."""
     label = label or str(full)
+    compressed = compressed or full.stat().st_size
     try:
         zf = zipfile.ZipFile(full)
     except (zipfile.BadZipFile, OSError) as exc:
-        raise IngestError(f"{label}: not a readable zip archive ({exc})") from None
-    compressed = compressed or full.stat().st_size
+        if not zip_recovery.starts_as_zip(full):
+            raise IngestError(f"{label}: not a readable zip archive ({exc})") from None
+        yield from _salvaged_zip(full, prefix, tmp, label, compressed, depth, exc)
+        return
     staged: list[tuple[tuple[str, ...], Path, datetime | None]] = []
     with zf:
         declared = sum(i.file_size for i in zf.infolist())
@@ -662,6 +682,33 @@ def _zip_items(full: Path, prefix: tuple[str, ...], tmp: Path, *, label: str = "
                 Path(name).unlink(missing_ok=True)
                 raise
             staged.append((parts, Path(name), _member_time(info.date_time)))
+    yield from _staged_items(staged, prefix, label, tmp, compressed, depth)
+    yield from refused
+
+
+def _salvaged_zip(full: Path, prefix: tuple[str, ...], tmp: Path, label: str, compressed: int, depth: int,
+                  error: Exception) -> Iterator[Item | Refusal]:
+    """The members of a zip whose central directory does not read, from their local headers
+    (workbench/zip_recovery.py), with one refusal that says where the archive was cut; nothing at all
+    read from it is a refusal of the whole archive, as before."""
+    staged: list[tuple[tuple[str, ...], Path, datetime | None]] = []
+    refused: list[Refusal] = []
+    end = zip_recovery.End(0, "")
+    for found in zip_recovery.members(full, tmp, lambda total: _check_bomb(total, compressed, label)):
+        if isinstance(found, zip_recovery.End):
+            end = found
+        elif isinstance(found, zip_recovery.Problem):
+            refused.append(Refusal(f"{label}!{found.name}", "error", found.reason))
+        elif (parts := _safe_member(found.name)) is None:
+            found.path.unlink(missing_ok=True)
+            refused.append(Refusal(f"{label}!{found.name}", "error", f"{UNSAFE} {found.name!r}"))
+        else:
+            staged.append((parts, found.path, _member_time(found.date_time)))
+    if not staged and not refused:
+        raise IngestError(f"{label}: not a readable zip archive ({error})")
+    where = f"; {end.reason}" if end.reason else ": every member's header and data read"
+    refused.insert(0, Refusal(label, "error", f"truncated or damaged zip ({error}): read from its members' headers, "
+                                              f"kept the {end.members} complete file(s){where}"))
     yield from _staged_items(staged, prefix, label, tmp, compressed, depth)
     yield from refused
 
@@ -706,9 +753,13 @@ def _staged_items(staged: list[tuple[tuple[str, ...], Path, datetime | None]], p
 
 def _nested_reader(name: str, path: Path) -> Callable[..., Iterator[Item | Refusal]] | None:
     """The reader for an archive found inside an archive; None (kept as a plain file) when it only
-    looks like one."""
-    if name.endswith(TAR_SUFFIXES) and tarfile.is_tarfile(path):
-        return _tar_items
-    if name.endswith(".zip") and zipfile.is_zipfile(path):
+    looks like one. A cut one still counts as one (its readers keep what it holds)."""
+    if name.endswith(TAR_SUFFIXES):
+        try:
+            if tarfile.is_tarfile(path):
+                return _tar_items
+        except ARCHIVE_DAMAGE:  # compressed and cut inside its first header: is_tarfile raises, not answers
+            return None
+    if name.endswith(".zip") and (zipfile.is_zipfile(path) or zip_recovery.starts_as_zip(path)):
         return _zip_items
     return None
