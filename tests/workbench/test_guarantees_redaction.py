@@ -36,6 +36,14 @@ K8S_ENV = ('{"spec": {"containers": [{"name": "trainer", "env": [\n'
            '  {"name": "HF_TOKEN", "value": "k8shfsecretvalue"},\n'
            '  {"name": "DB_PASSWORD", "value": "k8sdbpassvalue"}\n'
            "]}]}}\n")
+PROBED = ("PGPASSWORD=pgprobesecret1 psql -h db appdb\n"
+          "notify https://hooks.slack.com/services/T000/B000/slackprobesecret2\n"
+          "sshpass -p sshprobesecret3 ssh -p 2222 node07\n"
+          "mysql -u root -pmysqlprobesecret4 appdb\n"
+          "curl -u alice:curlprobesecret5 https://api.internal/v1\n"
+          "curl --user alice:curlprobesecret6 https://api.internal/v1\n")
+"""The shapes a probe found passing: PGPASSWORD inline, a Slack webhook, sshpass -p, mysql's attached
+password (its next word, the database, must stay) and curl -u."""
 BARE_TOKENS = (f"downloading with {HF} from the hub\n"
                f"cloned using {GHP}\n"
                f"aws configure list shows {AKIA}\n"
@@ -47,6 +55,7 @@ SECRETS = {
     "urls": ["pr0mPa55word", "g1tl4bPassw0rd"],
     "k8s_env": ["k8shfsecretvalue", "k8sdbpassvalue"],
     "bare_tokens": [HF, GHP, AKIA, JWT],
+    "probed": [f"{word}probesecret{n}" for n, word in enumerate(("pg", "slack", "ssh", "mysql", "curl", "curl"), 1)],
 }
 
 
@@ -92,6 +101,7 @@ def _collectors(tmp_path: Path) -> dict[str, types.ModuleType]:
         "urls": _module("urls", _from_data("urls", URLS)),
         "k8s_env": _module("k8s_env", _from_file(pod)),
         "bare_tokens": _module("bare_tokens", _from_data("bare_tokens", BARE_TOKENS)),
+        "probed": _module("probed", _from_data("probed", PROBED)),
     }
 
 
@@ -135,7 +145,8 @@ def test_without_redaction_the_same_search_finds_every_secret(tmp_path, monkeypa
 def test_redaction_keeps_what_a_responder_needs(tmp_path, monkeypatch):
     stored = _run(tmp_path, monkeypatch, sorted(SECRETS), redact=True)
     for kept in ("HF_TOKEN=", "NCCL_IB_HCA=mlx5_0", "python train.py --token", "prometheus.internal:9090",
-                 '"name": "HF_TOKEN"', "downloading with", "--port 8000"):
+                 '"name": "HF_TOKEN"', "downloading with", "--port 8000", "-p***REDACTED*** appdb",
+                 "ssh -p 2222 node07", "curl -u alice:", "hooks.slack.com/services/"):
         assert kept in stored, kept
 
 
