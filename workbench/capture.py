@@ -46,7 +46,7 @@ from typing import Any
 import duckdb
 
 from collectors import registry
-from collectors._redact import redact_bytes
+from collectors._redact import redact_argv, redact_bytes
 from collectors.base import Artifact
 from workbench.bundle import Bundle, BundleError
 from workbench.derive import run_derivations
@@ -161,7 +161,9 @@ class LiveContext:
         cap = max_bytes or DEFAULT_MAX_BYTES
         path = self._new_path()
         started = time.monotonic()
-        info: dict[str, Any] = {"argv": argv, "started_at": datetime.now(timezone.utc)}
+        # the argv judged as one command line (``--password x`` across two words), not word by word as _note would
+        shown = redact_argv(argv) if self.redact else argv
+        info: dict[str, Any] = {"argv": shown, "started_at": datetime.now(timezone.utc)}
         exe = self.which(argv[0])
         limit = self.time_left(timeout)
         if exe is None or (limit is not None and limit < MIN_COMMAND_S):
@@ -181,7 +183,7 @@ class LiveContext:
                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
             try:
                 # should the collector be killed while this runs (an interrupt), the parent stores what it printed
-                self._note({"running": {"source": " ".join(argv), "kind": kind, "path": str(path), "argv": argv,
+                self._note({"running": {"source": " ".join(argv), "kind": kind, "path": str(path), "argv": shown,
                                         "started_at": info["started_at"]}})
                 written, err, truncated, timed_out = _pump(proc, out, cap, None if limit is None else started + limit)
             finally:

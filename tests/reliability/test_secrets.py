@@ -407,8 +407,6 @@ def test_redact_argv_hides_a_secret_given_as_its_own_word(data, shape):
     assert len(redact_argv(argv)) == len(argv)
 
 
-@pytest.mark.xfail(strict=True, reason="workbench/capture.py scrubs info['argv'] of ctx.run one word at a time "
-                                       "(_scrub on a list); collectors._redact.redact_argv judges them together")
 def test_a_run_commands_argv_is_scrubbed_as_one_command_line(tmp_path):
     ctx = LiveContext(tmp_path, "node07", None, {}, True)
     artifact = ctx.run(["echo", "mysql", "-u", "root", "--password", "argvsecret1"], kind="secrets_text")
