@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from workbench.commands._args import positive_float
 from workbench.errors import UsageError
 from workbench.table import printable
 from workbench.timespec import parse_instant
@@ -33,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules-test", metavar="DIR",
                         help="with --rules: also write a promtool unit test fed with the bundle's samples to DIR "
                              "(promtool test rules DIR/NAME_test.yaml)")
+    parser.add_argument("--for-scale", type=positive_float, default=1.0, metavar="F",
+                        help="with --rules: multiply every rule's for: by F in the rule file and its test (a fire "
+                             "drill on a staging Prometheus: 0.01 makes 5m 3s); the report keeps the real ones")
     parser.add_argument("--history", metavar="DIR",
                         help="add what the incident history in DIR has seen of the culprits (default $GPUWB_HISTORY)")
     parser.add_argument("--baseline", metavar="FILE",
@@ -64,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
         check_output(Path(args.output))  # before the minutes a big report can take
     if args.rules or args.rules_test:
         check_rules_paths(args.rules, args.rules_test)
+    if args.for_scale != 1 and not args.rules:
+        raise UsageError("--for-scale goes with --rules FILE (it scales the rule file's for:)")
     if args.isolation and Path(args.isolation).exists() and not Path(args.isolation).is_dir():
         raise UsageError(f"--isolation {args.isolation} is a file; give a folder")
     history = history_dir(args.history)
@@ -78,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
         if args.rules:
             group = f"gpuwb-{model['header']['incident_id'] or Path(args.bundle).stem}"
             rules_text, test_text = rule_files(bundle, model["monitoring"], Path(args.rules),
-                                               Path(args.rules_test) if args.rules_test else None, group)
+                                               Path(args.rules_test) if args.rules_test else None, group,
+                                               for_scale=args.for_scale)
     if args.rules:
         write_atomically(Path(args.rules), rules_text)
         print(f"wrote {args.rules} ({len(model['monitoring']['rules'])} alert rules)", file=sys.stderr)
