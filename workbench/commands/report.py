@@ -19,6 +19,8 @@ HELP = "write the postmortem (Markdown, HTML or JSON)"
 
 _BY_SUFFIX = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".json": "json"}
 FORMATS = tuple(dict.fromkeys(_BY_SUFFIX.values()))
+APPLIED = ("slurm", "kubectl")
+"""workbench.isolation.APPLIED, spelled here for the same reason."""
 """workbench.report's formats, spelled here so that building the parser does not load the report."""
 
 
@@ -44,6 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--isolation", metavar="DIR",
                         help="also write the isolation and change rules (slurm.sh, kubectl.sh, k8s.yaml, "
                              "change-freeze.yaml) to DIR and add their section to the report")
+    parser.add_argument("--apply", choices=APPLIED, metavar="slurm|kubectl",
+                        help="with --isolation: also run that family's commands (scontrol, kubectl), each as its "
+                             "argv, never through a shell; exit 1 if one fails")
+    parser.add_argument("--dry-run", action="store_true", help="with --apply: print the commands, run none")
 
 
 def output_format(fmt: str | None, output: str | None) -> str:
@@ -72,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--for-scale goes with --rules FILE (it scales the rule file's for:)")
     if args.isolation and Path(args.isolation).exists() and not Path(args.isolation).is_dir():
         raise UsageError(f"--isolation {args.isolation} is a file; give a folder")
+    if args.apply and not args.isolation:
+        raise UsageError("--apply needs --isolation DIR (the commands are written there first)")
+    if args.dry_run and not args.apply:
+        raise UsageError("--dry-run goes with --apply slurm|kubectl")
     history = history_dir(args.history)
     if history:
         History.open(history)  # a bad folder is refused before the minutes a big report can take
@@ -93,15 +103,22 @@ def run(args: argparse.Namespace) -> int:
         test_path = Path(args.rules_test) / test_file_name(Path(args.rules))
         write_atomically(test_path, test_text)
         print(f"wrote {test_path} (promtool test rules {test_path})", file=sys.stderr)
+    failed = 0
     if args.isolation:
         written = isolation.write(model["isolation"], Path(args.isolation))
         print(f"wrote isolation rules: {', '.join(str(p) for p in written)}", file=sys.stderr)
+        if args.apply:
+            print(f"{'would run' if args.dry_run else 'running'} {isolation.FILES[args.apply]}:", file=sys.stderr)
+            failed = isolation.apply(model["isolation"], args.apply, dry_run=args.dry_run)
     if args.output:
         replaced = write_atomically(Path(args.output), text)
         print(f"wrote {args.output} ({fmt}, {len(text.encode())} bytes{', replaced the old file' if replaced else ''})",
               file=sys.stderr)
     else:
         sys.stdout.write(text)
+    if failed:
+        print(f"gpuwb: {failed} isolation command(s) failed (see above); the others ran", file=sys.stderr)
+        return 1
     return 0
 
 
