@@ -7,6 +7,7 @@ import copy
 import re
 import shlex
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
