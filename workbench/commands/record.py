@@ -35,6 +35,10 @@ from workbench.timespec import parse_duration
 NAME = "record"
 HELP = "keep a ring of this node's evidence; freeze it into a bundle on an Xid (flight recorder)"
 DEFAULT_UNIT_OUT = "/var/lib/gpuwb/record"
+DEFAULT_TEXTFILE_DIR = {"unit": "/var/lib/prometheus/node-exporter",
+                        "daemonset": "/var/lib/node_exporter/textfile_collector"}
+"""Where the printed services put gpuwb.prom unless --textfile-dir says: Debian's node_exporter reads the
+first by default; the second is the folder node-exporter DaemonSets commonly mount for textfiles."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -138,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--print-unit and --print-daemonset print the recorder's service, not {args.action}")
         if args.print_unit and args.print_daemonset:
             raise UsageError("give --print-unit or --print-daemonset, not both")
+        if not args.textfile_dir and args.metrics_port is None:  # a printed service exports the counter
+            args.textfile_dir = DEFAULT_TEXTFILE_DIR["unit" if args.print_unit else "daemonset"]
         config = config_of(args, args.out or DEFAULT_UNIT_OUT)
         if args.print_unit:
             print(unit_text(config), end="")

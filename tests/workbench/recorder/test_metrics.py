@@ -231,3 +231,18 @@ def test_a_followed_file_is_parsed_as_ingest_would_sniff_it(tmp_path: Path, head
     found = metrics.LineEvents("here").source_kind(f"watch:{path}", [])
     assert found.kind == kind
     assert (found.header == head.encode()) == (kind in metrics.HEADED_KINDS)
+
+
+def test_counting_keeps_the_long_running_process_free_of_duckdb_and_pandas():
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from workbench.recorder.daemon import Recorder\n"
+            "from workbench.recorder.metrics import LineEvents\n"
+            f"list(LineEvents('h').events('kernel:journal', [{kernel_line(XID_79).strip()!r}]))\n"
+            "print(sorted(m for m in ('duckdb', 'pandas', 'pyarrow', 'workbench.bundle') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[3])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -68,3 +68,17 @@ def test_print_daemonset_refuses_what_kubernetes_or_the_recorder_could_not_run()
                        (("--print-daemonset", "--print-unit", "--image", "img"), "not both")):
         code, _, err = run_cli("record", *args)
         assert code == 2 and word in err and len(err.strip().splitlines()) == 1, (args, err)
+
+
+def test_printed_services_export_the_counter_where_node_exporter_reads_by_default() -> None:
+    code, text, _ = run_cli("record", "--print-unit")
+    (exec_line,) = [line for line in text.splitlines() if line.startswith("ExecStart=")]
+    argv = shlex.split(exec_line.removeprefix("ExecStart="))
+    assert code == 0 and argv[argv.index("--textfile-dir") + 1] == "/var/lib/prometheus/node-exporter"
+    import yaml
+
+    code, text, _ = run_cli("record", "--print-daemonset", "--image", "img")
+    command = yaml.safe_load(text)["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert code == 0 and command[command.index("--textfile-dir") + 1] == "/var/lib/node_exporter/textfile_collector"
+    code, text, _ = run_cli("record", "--print-unit", "--metrics-port", "9101")
+    assert "--textfile-dir" not in text and "--metrics-port 9101" in text
