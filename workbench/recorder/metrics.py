@@ -242,6 +242,8 @@ class LineEvents:
                 head = read_head(path) if path else b""
                 found = classify(path, head or "\n".join(lines).encode("utf-8", "replace"),
                                  fallback="syslog" if source.startswith("kernel:") else "unknown")
+                if source.startswith("kernel:") and found.module != "collectors.kernel":
+                    found = SourceKind("syslog", "collectors.kernel")  # --kernel-log holds kernel lines
             self.kinds[source] = found
         return found
 

@@ -246,3 +246,15 @@ def test_counting_keeps_the_long_running_process_free_of_duckdb_and_pandas():
                          cwd=Path(__file__).resolve().parents[3])
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("line", [
+    "Mar 14 09:21:16 gpu-3 kernel: " + XID_79,
+    "[1058829.402920] " + XID_79,
+    XID_79,
+])
+def test_a_kernel_log_that_starts_empty_is_read_as_kernel_lines_whatever_its_first_line(line: str):
+    events = metrics.LineEvents("here")
+    kinds = [kind for _, kind, _ in events.events("kernel:/no/such/kern.log", [line])]
+    assert kinds == ["xid", "gpu_fell_off_bus"]
+    assert events.kinds["kernel:/no/such/kern.log"].module == "collectors.kernel"
