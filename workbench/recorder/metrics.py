@@ -118,11 +118,6 @@ class EventCounters:
         self.changed = True
         return key
 
-    def pending(self, now: float | None = None) -> bool:
-        """Whether a new series still shows 0 (its count is due at a later write)."""
-        now = time.time() if now is None else now
-        return any(c.shown_from > now for c in self.series.values())
-
     def due(self, now: float) -> float | None:
         """The next time a held count is due, or None."""
         return min((c.shown_from for c in self.series.values() if c.shown_from > now), default=None)
@@ -183,6 +178,9 @@ HEADED_KINDS = frozenset({"k8s_events_table", "k8s_pods_table", "sacct", "squeue
 """Tables whose parser finds its columns in the header line: the file's first line is read again
 before every batch of new rows."""
 SNIFF_BYTES = 64 << 10
+CONFIDENT = 80
+"""workbench/ingest.py's sniffing constants, spelled here: importing the ingest would load DuckDB into
+the long-running process (a test checks they agree)."""
 
 
 @dataclass
@@ -205,7 +203,7 @@ def classify(path: str | None, head: bytes, fallback: str = "unknown") -> Source
     text = head.decode("utf-8", "replace")
     scored = registry.sniff_scored(name, text)
     unwrap = False
-    if scored is None or scored[0] < 80:
+    if scored is None or scored[0] < CONFIDENT:
         unwrapped = registry.sniff_unwrapped(name, text)
         if unwrapped is not None and (scored is None or unwrapped[0] > scored[0]):
             scored, unwrap = unwrapped, True

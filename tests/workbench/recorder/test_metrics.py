@@ -67,9 +67,9 @@ def test_a_new_series_shows_zero_for_the_hold_then_its_count():
     counters.add(labels, now=1000.0)
     counters.add(labels, now=1010.0)
     assert 'gpuwb_log_events_total{instance="node07",kind="xid",xid="79"} 0' in counters.text(1020.0)
-    assert counters.pending(1020.0) and counters.due(1020.0) == 1030.0
+    assert counters.due(1020.0) == 1030.0
     assert 'gpuwb_log_events_total{instance="node07",kind="xid",xid="79"} 2' in counters.text(1030.0)
-    assert not counters.pending(1030.0)
+    assert counters.due(1030.0) is None
     page = counters.text(1030.0)
     assert page.startswith("# HELP gpuwb_log_events_total ") and "# TYPE gpuwb_log_events_total counter" in page
 
@@ -258,3 +258,9 @@ def test_a_kernel_log_that_starts_empty_is_read_as_kernel_lines_whatever_its_fir
     kinds = [kind for _, kind, _ in events.events("kernel:/no/such/kern.log", [line])]
     assert kinds == ["xid", "gpu_fell_off_bus"]
     assert events.kinds["kernel:/no/such/kern.log"].module == "collectors.kernel"
+
+
+def test_the_recorder_sniffs_with_the_ingests_constants():
+    from workbench import ingest
+
+    assert (metrics.SNIFF_BYTES, metrics.CONFIDENT) == (ingest.SNIFF_BYTES, ingest.CONFIDENT)
