@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Debian packages the integration tests and benchmarks use: real Slurm daemons (with slurmdbd and
-# MariaDB for sacct), a real Prometheus, and lnav as the ingest peer to beat. Installs only what is missing.
+# MariaDB for sacct), a real Prometheus with node_exporter and Alertmanager (the alert rules fired end to
+# end), and lnav as the ingest peer to beat. Installs only what is missing.
 set -euo pipefail
 need=()
 for pair in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client slurmdbd:slurmdbd munged:munge \
-            mariadbd:mariadb-server prometheus:prometheus lnav:lnav curl:curl ss:iproute2; do
+            mariadbd:mariadb-server prometheus:prometheus prometheus-node-exporter:prometheus-node-exporter \
+            prometheus-alertmanager:prometheus-alertmanager lnav:lnav curl:curl ss:iproute2; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 [ ${#need[@]} -eq 0 ] && exit 0

@@ -15,8 +15,9 @@ it; several in one step keep the last for counters, else the worst):
   Xid a GPU logged (0 before), as dcgm-exporter reports it;
 - ``gpuwb_log_events_total{instance, kind, ...}``: a counter of the bundle's own events per host
   and kind (with ``xid``, ``state``, ``reason``, ``event_severity`` when the event has them), 0 from the
-  first grid point: the log-derived counter where no exporter has the signal (a textfile collector
-  or mtail would export it; events the analysis derived are not counted);
+  first grid point: the log-derived counter where no exporter has the signal, labelled as the flight
+  recorder's exporter labels it (workbench/recorder/metrics.py :func:`event_labels`: the same values,
+  the same bounds); events the analysis derived are not counted;
 - the serving and node series as stored (vLLM, SGLang, TGI, Triton names), and ``ib.*`` counters
   under node-exporter's InfiniBand names.
 
@@ -38,15 +39,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from workbench.bundle import Bundle
+from workbench.recorder.metrics import EVENT_LABELS as EVENT_LABELS
+from workbench.recorder.metrics import METRIC, event_labels
 from workbench.series import histogram_quantile
 
 STEP = timedelta(minutes=1)
 LOOKBACK = timedelta(minutes=5)
-LOG_COUNTER = "gpuwb_log_events_total"
+LOG_COUNTER = METRIC
 XID_GAUGE = "DCGM_FI_DEV_XID_ERRORS"
-EVENT_LABELS = {"xid": "xid", "state": "state", "reason": "reason", "severity": "event_severity"}
-"""Event attr -> label of the log-derived counter (a rule can ask for Xid 79 or state DRAIN); the
-event's own severity is renamed so that the alert's ``severity`` label cannot clobber it."""
 
 GPU_FIELDS: dict[str, tuple[str, str]] = {
     "DCGM_FI_DEV_GPU_TEMP": ("temp_c", "max"),
@@ -176,10 +176,7 @@ def _event_counters(bundle: Bundle, grid: Replay, kinds: list[str], until: datet
         [*kinds, grid.start, until]).fetchall()
     steps: dict[Labels, list[float]] = {}
     for ts, host, kind, attrs in rows:
-        a = json.loads(attrs) if attrs else {}
-        detail = {label: str(a[k]) for k, label in EVENT_LABELS.items()
-                  if isinstance(a.get(k), (str, int)) and str(a[k])}
-        labels = _labels(instance=host, kind=kind, **detail)
+        labels = event_labels(host, kind, json.loads(attrs) if attrs else {})
         counts = steps.setdefault(labels, [0.0] * grid.length)
         counts[grid.index(ts)] += 1
     out = []

@@ -48,10 +48,6 @@ class Template:
     severity: str
     summary: str
 
-    @property
-    def hold_delta(self) -> timedelta:
-        return parse_duration(self.hold)
-
 
 @dataclass
 class Rule:
@@ -62,6 +58,8 @@ class Rule:
     expr: str
     threshold: float | None
     basis: str
+    hold: str = ""
+    """the rule's ``for:`` (the template's, unless the plan scaled it)"""
     fired_at: datetime | None = None
     detection: datetime | None = None
     has_samples: bool = False
@@ -202,10 +200,20 @@ def _round(value: float) -> float:
 
 # -- the plan for one incident ---------------------------------------------------------------------
 
+def scaled_hold(hold: str, scale: float) -> str:
+    """``for:`` times ``scale`` in whole seconds, rounded up (``5m`` x 0.01 -> ``3s``); unscaled as written."""
+    if scale == 1:
+        return hold
+    seconds = parse_duration(hold).total_seconds()
+    return f"{math.ceil(seconds * scale)}s" if seconds else hold
+
+
 def plan(bundle: Bundle, causes: list[str], *, start: datetime | None, detection: datetime | None,
-         end: datetime | None) -> Plan:
+         end: datetime | None, for_scale: float = 1.0) -> Plan:
     """Rules for ``causes`` (in order, each once), thresholds from the baseline before ``start``, each
-    replayed from ``BASELINE`` before ``start`` to past ``detection`` to find when it first fires."""
+    replayed from ``BASELINE`` before ``start`` to past ``detection`` to find when it first fires.
+    ``for_scale`` multiplies every rule's ``for:`` (a fire drill on a staging Prometheus wants the
+    alerts within seconds); the replay holds them as scaled."""
     templates = load_templates()
     chosen = [t for cid in dict.fromkeys(causes) for t in templates.get(cid, [])]
     anchor = start or detection or end
@@ -229,8 +237,9 @@ def plan(bundle: Bundle, causes: list[str], *, start: datetime | None, detection
         expr = render_expr(t, picks[t.alert], threshold)
         final = alert_replay.parse(expr)
         rule = Rule(template=t, series=picks[t.alert], expr=expr, threshold=threshold, basis=basis,
-                    detection=detection, has_samples=bool(alert_replay.measured(final, grid)))
-        rule.states = alert_replay.alert_states(final, t.hold_delta, grid)
+                    hold=scaled_hold(t.hold, for_scale), detection=detection,
+                    has_samples=bool(alert_replay.measured(final, grid)))
+        rule.states = alert_replay.alert_states(final, parse_duration(rule.hold), grid)
         first = min((i for states in rule.states.values() for i, on in enumerate(states) if on), default=None)
         rule.fired_at = grid.time(first) if first is not None else None
         rules.append(rule)
@@ -295,7 +304,7 @@ def _threshold(t: Template, expr: Expr, grid: Replay, baseline_end: int) -> tupl
 
 def rules_yaml(the_plan: Plan, group: str) -> str:
     """The Prometheus rule file (one group) of the plan's rules."""
-    rules = [{"alert": r.template.alert, "expr": r.expr, "for": r.template.hold, "labels": r.labels,
+    rules = [{"alert": r.template.alert, "expr": r.expr, "for": r.hold, "labels": r.labels,
               "annotations": r.annotations} for r in the_plan.rules]
     doc = {"groups": [{"name": group, "rules": rules}]}
     head = (f"# Written by gpuwb report --rules: the monitoring templates (playbooks/alerts.yaml) of "
@@ -306,7 +315,7 @@ def rules_yaml(the_plan: Plan, group: str) -> str:
 
 def describe(the_plan: Plan) -> list[dict[str, Any]]:
     """Plain data for the report: each rule, its threshold, when it fires and its lead time."""
-    return [{"alert": r.template.alert, "cause": r.template.cause, "expr": r.expr, "for": r.template.hold,
+    return [{"alert": r.template.alert, "cause": r.template.cause, "expr": r.expr, "for": r.hold,
              "severity": r.template.severity, "threshold": r.basis, "summary": r.template.summary,
              "fired_at": r.fired_at, "lead_minutes": lead_minutes(r.lead), "lead": r.lead_text}
             for r in the_plan.rules]

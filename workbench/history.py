@@ -284,13 +284,17 @@ class History:
     def open(cls, directory: str | os.PathLike[str], *, create: bool = False) -> History:
         """The history in ``directory``; ``create`` makes the folder (not its parents) when missing."""
         root = Path(directory)
+        # a folder no option named comes from the environment: say so, or the user hunts for it
+        where = f" (from ${HISTORY_ENV})" if str(directory) == os.environ.get(HISTORY_ENV) else ""
         if root.exists() and not root.is_dir():
-            raise HistoryError(f"incident history {root} is not a folder")
+            raise HistoryError(f"incident history {root}{where} is not a folder")
         if not root.exists():
             if not create:
-                raise HistoryError(f"no incident history at {root} (gpuwb history add creates it)")
+                raise HistoryError(f"no incident history at {root}{where}: gpuwb history add creates it"
+                                   + (f"; unset {HISTORY_ENV} to go without" if where else ""))
             if not root.parent.is_dir():
-                raise HistoryError(f"cannot create incident history {root}: folder {root.parent} does not exist")
+                raise HistoryError(f"cannot create incident history {root}{where}: folder {root.parent} "
+                                   "does not exist")
             root.mkdir()
         return cls(root)
 

@@ -17,10 +17,13 @@ import functools
 import json
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import yaml
 
@@ -33,6 +36,10 @@ BODY = {"slurm": "argv", "kubectl": "argv", "kubernetes": "object", "freeze": "r
 REMEDIES = ("placement", "none")
 FILES = {"slurm": "slurm.sh", "kubectl": "kubectl.sh", "kubernetes": "k8s.yaml", "freeze": "change-freeze.yaml"}
 MAX_PLACES = 5
+APPLIED = ("slurm", "kubectl")
+"""Families whose commands ``gpuwb report --apply`` runs (the objects and freezes are for ``kubectl apply``
+and the change calendar)."""
+COMMAND_TIMEOUT_S = 60.0
 CONTEXT_VALUES = ("cause", "incident", "host", "gpu", "reason", "job", "excluded", "rerun_nodes", "user",
                   "reservation", "name", "namespace", "freeze_start", "freeze_end", "freeze_reason")
 """Placeholders filled from the incident; every key of ``params`` is one too."""
@@ -353,6 +360,42 @@ def write(rules: dict[str, Any], folder: Path) -> list[Path]:
         path.write_text(text, encoding="utf-8")
         paths.append(path)
     return paths
+
+
+def apply(rules: dict[str, Any], family: str, *, dry_run: bool = False, out: TextIO | None = None,
+          timeout_s: float = COMMAND_TIMEOUT_S) -> int:
+    """Run the family's commands in order, each its argv list (never a shell), each under the comment
+    saying what it does; with ``dry_run`` only print them, as the script has them. A command that fails
+    is told in one line and the others still run (drain, job exclusion and reservation do not depend on
+    each other). Returns how many failed."""
+    out = out if out is not None else sys.stderr
+    commands = [c for c in rules["commands"] if c["family"] == family]
+    if not dry_run and commands and shutil.which(commands[0]["argv"][0]) is None:
+        raise IsolationError(f"{commands[0]['argv'][0]} not found: run {FILES[family]} where the {family} client "
+                             "is, or look at the commands with --dry-run")
+    failed = 0
+    for c in commands:
+        print(f"# {one_line(c['what'])} [{c['cause']}" + (f" on {c['host']}]" if c["host"] else "]"), file=out)
+        if dry_run:
+            print(c["line"], file=out)
+            continue
+        try:
+            proc = subprocess.run(c["argv"], capture_output=True, text=True, timeout=timeout_s,
+                                  stdin=subprocess.DEVNULL)
+            said = (proc.stderr or proc.stdout).strip().splitlines()
+            why = "" if proc.returncode == 0 else f"exit {proc.returncode}: {one_line(said[-1] if said else '')}"
+        except subprocess.TimeoutExpired:
+            why = f"no answer within {timeout_s:g} s"
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+        print(f"{'ran' if not why else 'FAILED'}: {c['line']}" + (f"  ({why})" if why else ""), file=out)
+        failed += bool(why)
+    if not commands:
+        print(f"# no {family} command for this incident", file=out)
+    for note in rules["notes"]:
+        if note["family"] in (None, family):
+            print(f"# note: {one_line(note['text'])}", file=out)
+    return failed
 
 
 # -- from a bundle and its analysis ----------------------------------------------------------------

@@ -109,10 +109,11 @@ def test_file_name(rule_file: Path) -> str:
 
 
 def rule_files(bundle: Bundle, monitoring: dict[str, Any], rule_file: Path, test_dir: Path | None,
-               group: str) -> tuple[str, str | None]:
+               group: str, for_scale: float = 1.0) -> tuple[str, str | None]:
     """(the rule file's text, the promtool test's text or None) for the report's monitoring section:
-    the same causes and times, so the rules are the ones the report describes."""
+    the same causes and times, so the rules are the ones the report describes (with ``for_scale``,
+    their ``for:`` scaled, in the test too)."""
     the_plan = alert_rules.plan(bundle, list(monitoring["causes"]), start=monitoring["start"],
-                                detection=monitoring["detection"], end=monitoring["end"])
+                                detection=monitoring["detection"], end=monitoring["end"], for_scale=for_scale)
     rules = alert_rules.rules_yaml(the_plan, group)
     return rules, unit_test(the_plan, rule_file, test_dir) if test_dir is not None else None

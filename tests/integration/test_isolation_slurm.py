@@ -1,9 +1,11 @@
 """The Slurm isolation rules, applied to a real cluster: the emitted drain, job exclusion and rerun
-reservation are run as the argv lists gpuwb writes (and the written slurm.sh with sh), and sinfo and
-scontrol must show exactly what the rules said, hostile incident text included."""
+reservation are run as the argv lists gpuwb writes (and the written slurm.sh with sh, and through
+``gpuwb report --isolation DIR --apply slurm``), and sinfo and scontrol must show exactly what the rules
+said, hostile incident text included."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 from datetime import datetime
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_cli
 from tests.integration.slurm_cluster import SlurmCluster
 from workbench import isolation
 from workbench.isolation import Context, Place
@@ -70,3 +73,52 @@ def test_rerun_reservation_from_the_written_script(slurm_cluster: SlurmCluster, 
     assert shown["ReservationName"] == "gpuwb-INC-8-rerun"
     assert shown["Nodes"] == c.node and shown["Users"] == "root"
     assert shown["Duration"] == "2-00:00:00" and "IGNORE_JOBS" in shown["Flags"]
+
+
+def _renamed(raw: Path, names: dict[str, str]) -> None:
+    """Every raw file with each old name (a whole host name or job id) replaced, host folders too."""
+    pattern = re.compile("|".join(rf"(?<![A-Za-z0-9.]){re.escape(old)}(?![0-9])" for old in names))
+    for path in sorted(raw.rglob("*"), reverse=True):
+        if path.is_file():
+            path.write_text(pattern.sub(lambda m: names[m.group(0)], path.read_text(errors="replace")))
+        if path.name in names:
+            path.rename(path.with_name(names[path.name]))
+
+
+def test_a_reports_rules_drain_the_culprit_on_the_cluster_and_dry_run_only_prints(
+        slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A drill's GPU that fell off the bus, on the test cluster's node and a real held job: ``report
+    --apply slurm --dry-run`` prints the commands and changes nothing; ``--apply slurm`` drains the node
+    with gpuwb's reason (sinfo says so) and keeps the job off it."""
+    from workbench.drill import write
+
+    c = slurm_cluster
+    c.cmd(["scontrol", "update", f"NodeName={c.node}", "State=RESUME"], check=False)  # an earlier test drained it
+    job = c.sbatch("rerun", "sleep 1", "--hold")
+    drill = write("gpu_fell_off_bus", None, 1, tmp_path / "drill", ingest=False)
+    failed_job = re.search(r"Job (\d+)", drill.truth.title)
+    assert drill.truth.host and failed_job
+    _renamed(drill.raw, {drill.truth.host: c.node, failed_job.group(1): job})
+    bundle = tmp_path / "incident.duckdb"
+    assert run_cli("ingest", bundle, drill.raw)[0] == 0
+    monkeypatch.setenv("SLURM_CONF", str(c.conf))
+    rules = tmp_path / "rules"
+    report = ("report", bundle, "--no-verify", "-o", tmp_path / "r.md", "--isolation", rules, "--apply", "slurm")
+
+    code, out, err = run_cli(*report, "--dry-run")
+    assert code == 0 and out == "", err
+    drain = next(shlex.split(line) for line in (rules / "slurm.sh").read_text().splitlines()
+                 if line.startswith("scontrol update NodeName="))
+    assert drain[2] == f"NodeName={c.node}" and shlex.join(drain) in err.splitlines()
+    state = c.cmd(["sinfo", "-h", "-n", c.node, "-o", "%T"]).stdout.strip()
+    assert "drain" not in state and not c.cmd(["sinfo", "-h", "-R", "-n", c.node]).stdout.strip(), \
+        f"a dry run changes nothing ({state})"
+
+    code, out, err = run_cli(*report)
+    assert code == 0, err
+    reason = drain[-1].removeprefix("Reason=")
+    assert reason.startswith("gpuwb: gpu_fell_off_bus ") and reason.endswith(f" {drill.truth.gpu}")
+    assert f"ran: {shlex.join(drain)}" in err.splitlines()
+    drained = c.cmd(["sinfo", "-h", "-R", "-n", c.node, "-o", "%E|%N|%T"]).stdout.strip().splitlines()
+    assert drained == [f"{reason}|{c.node}|drained"], "sinfo reports the node drained with gpuwb's reason"
+    assert _show(c, "job", job)["ExcNodeList"] == c.node

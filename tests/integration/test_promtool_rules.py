@@ -95,3 +95,26 @@ def test_promtool_fails_when_a_prediction_is_a_minute_early(demos, tmp_path: Pat
     test.write_text(yaml.safe_dump(doc, sort_keys=False))
     tested = _promtool("test", "rules", test)
     assert tested.returncode != 0 and cases[first]["alertname"] in tested.stdout + tested.stderr
+
+
+def test_rules_with_scaled_holds_fire_when_their_test_says(tmp_path: Path):
+    """--for-scale: promtool agrees with the replay on a 5 m hold made 3 s (one evaluation, not five)."""
+    from tests.workbench.test_alert_rules import TEMP_RULE, _temp_bundle
+
+    bundle = tmp_path / "hot.duckdb"
+    _temp_bundle(bundle, [(m, 70.0) for m in range(100)] + [(m, 95.0) for m in range(100, 140)])
+    fired = {}
+    for scale in ("1", "0.01"):
+        rules, tests = tmp_path / f"rules-{scale}.yaml", tmp_path / f"tests-{scale}"
+        code, out, err = run_cli("report", bundle, "-f", "json", "--no-verify", "--rules", rules, "--rules-test",
+                                 tests, "--for-scale", scale)
+        assert code == 0, err
+        checked = _promtool("check", "rules", rules)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        test = tests / f"rules-{scale}_test.yaml"
+        tested = _promtool("test", "rules", test)
+        assert tested.returncode == 0, tested.stdout + tested.stderr
+        cases = yaml.safe_load(test.read_text())["tests"][0]["alert_rule_test"]
+        fired[scale] = min(int(c["eval_time"].rstrip("s")) for c in cases if c["alertname"] == TEMP_RULE
+                           and c["exp_alerts"])
+    assert fired["1"] - fired["0.01"] == 4 * 60, "5 evaluations held become 1"

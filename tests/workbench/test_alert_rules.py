@@ -4,6 +4,7 @@ synthetic series says (Prometheus' own answer is checked by tests/integration/te
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -241,3 +242,29 @@ def test_report_says_why_a_cause_has_no_rule(bundle_path):
     markdown, html = report.render(model, "md"), report.render(model, "html")
     assert "`quantization_regression`: no alert rule: " + report.md_text(why) in markdown
     assert "no alert rule: " in html and "GpuTemperatureAboveBaseline" in html
+
+
+def test_for_scale_shortens_the_hold_in_the_replay_and_the_rule_file_only(bundle_path, tmp_path):
+    # hot from minute 100 (seen at 101); for 5m x 0.01 = 3 s: pending at 101, firing one evaluation later
+    temps = [(m, 70.0) for m in range(100)] + [(m, 95.0) for m in range(100, 140)]
+    _temp_bundle(bundle_path, temps)
+    with Bundle.open(bundle_path) as bundle:
+        plan = alert_rules.plan(bundle, ["thermal_throttling"], start=T0 + timedelta(minutes=100),
+                                detection=T0 + timedelta(minutes=120), end=None, for_scale=0.01)
+    rule = next(r for r in plan.rules if r.template.alert == TEMP_RULE)
+    assert rule.hold == "3s" and rule.fired_at == T0 + timedelta(minutes=102)
+    assert alert_rules.scaled_hold("0m", 0.01) == "0m" and alert_rules.scaled_hold("2m", 1) == "2m"
+    assert alert_rules.scaled_hold("1m", 0.001) == "1s", "rounded up: a hold never vanishes"
+
+    rules = tmp_path / "rules.yaml"
+    code, out, err = run_cli("report", bundle_path, "--no-verify", "-f", "json", "--rules", rules,
+                             "--rules-test", tmp_path / "t", "--for-scale", "0.01")
+    assert code == 0, err
+    written = {r["alert"]: r["for"] for r in yaml.safe_load(rules.read_text())["groups"][0]["rules"]}
+    assert written[TEMP_RULE] == "3s" and written["GpuHwThermalSlowdown"] == "1s"
+    reported = {r["alert"]: r["for"] for r in json.loads(out)["monitoring"]["rules"]}
+    assert reported[TEMP_RULE] == "5m", "the report states the real hold"
+    code, _, err = run_cli("report", bundle_path, "--no-verify", "--for-scale", "0.5")
+    assert code == 2 and "--for-scale goes with --rules" in err
+    code, _, err = run_cli("report", bundle_path, "--no-verify", "--rules", rules, "--for-scale", "0")
+    assert code == 2 and "above 0" in err

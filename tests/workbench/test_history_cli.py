@@ -137,3 +137,47 @@ def test_a_file_that_is_no_bundle_is_named_and_the_others_are_still_added(filed:
     junk.write_text("no bundle\n", encoding="utf-8")
     code, out, err = run_cli("history", "add", junk, bundles["other"], "--history", tmp_path / "h")
     assert code == 2 and out.startswith("added: ") and str(junk) in err and len(err.splitlines()) == 1
+
+
+def test_options_may_come_before_or_after_the_action_and_its_bundles(filed: tuple[dict[str, Path], Path],
+                                                                      tmp_path: Path) -> None:
+    bundles, _ = filed
+    for n, argv in enumerate((("history", "add", "--history", "{h}", "{b}"),  # a new user's first try
+                              ("history", "--history", "{h}", "add", "{b}"),
+                              ("history", "add", "{b}", "--history", "{h}"))):
+        history = tmp_path / f"h{n}"
+        code, out, err = run_cli(*(a.format(h=history, b=bundles["first"]) for a in argv))
+        assert code == 0 and out.startswith("added: "), (argv, err)
+        code, out, err = run_cli("history", "show", "--json", "--history", history, "--min", "1")
+        assert code == 0 and json.loads(out)["incidents"] == 1, err
+
+
+def test_history_add_json_says_what_was_filed_and_what_failed(filed: tuple[dict[str, Path], Path],
+                                                              tmp_path: Path) -> None:
+    bundles, _ = filed
+    junk = tmp_path / "junk.duckdb"
+    junk.write_text("no bundle\n", encoding="utf-8")
+    history = tmp_path / "h"
+    code, out, _ = run_cli("history", "add", "--json", "--history", history, bundles["first"], junk)
+    doc = json.loads(out)
+    assert code == 2 and doc["history"] == str(history)
+    (entry,) = doc["filed"]
+    assert entry["bundle"] == str(bundles["first"]) and entry["status"] == "added" and entry["causes"]
+    assert doc["failed"][0]["bundle"] == str(junk) and doc["failed"][0]["error"]
+    keys = documented_keys("history")
+    assert set(doc) - keys == set() and set(entry) - keys == set() and set(doc["failed"][0]) - keys == set()
+
+
+def test_a_missing_history_from_the_environment_says_where_it_came_from(filed: tuple[dict[str, Path], Path],
+                                                                        tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    bundles, _ = filed
+    monkeypatch.setenv("GPUWB_HISTORY", str(tmp_path / "gone"))
+    for argv in (("history", "show"), ("analyze", bundles["first"]), ("report", bundles["first"], "--no-verify")):
+        code, out, err = run_cli(*argv)
+        assert code == 2 and out == "" and len(err.splitlines()) == 1, (argv, err)
+        assert f"no incident history at {tmp_path / 'gone'} (from $GPUWB_HISTORY)" in err
+        assert "unset GPUWB_HISTORY" in err
+    monkeypatch.delenv("GPUWB_HISTORY")
+    code, _, err = run_cli("history", "show")
+    assert code == 2 and "give --history DIR or set GPUWB_HISTORY" in err

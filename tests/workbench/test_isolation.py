@@ -7,6 +7,7 @@ import copy
 import re
 import shlex
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -349,3 +350,71 @@ def test_report_isolation_refuses_a_file(bundle_path, tmp_path):
     target.write_text("x")
     code, _, err = run_cli("report", bundle_path, "--isolation", target, "--no-verify")
     assert code == 2 and "is a file" in err and err.count("\n") == 1
+
+
+FAKE_SCONTROL = """#!/bin/sh
+printf '%s\\n' "$@" >> "$SCONTROL_LOG"
+printf -- '--\\n' >> "$SCONTROL_LOG"
+case "$2" in JobId=*) echo "slurm_update error: Invalid job id specified" >&2; exit 1;; esac
+"""
+
+
+def _fake_scontrol(tmp_path, monkeypatch) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(FAKE_SCONTROL)
+    (bin_dir / "scontrol").chmod(0o755)
+    log = tmp_path / "scontrol.log"
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("SCONTROL_LOG", str(log))
+    return log
+
+
+def test_apply_runs_each_argv_as_written_and_goes_on_past_a_failure(tmp_path, monkeypatch):
+    import io
+
+    log = _fake_scontrol(tmp_path, monkeypatch)
+    rules = _rules(Place("gpu_fell_off_bus", host="node02", gpu="0000:5d:00.0"),
+                   context=Context(incident="INC-9 $(id)", at=AT, job="48213", user="alice",
+                                   job_nodes=("node01", "node02")))
+    said = io.StringIO()
+    failed = isolation.apply(rules, "slurm", out=said)
+    argvs = _argvs(rules, "slurm")
+    assert len(argvs) == 3 and failed == 1, "drain and reservation ran; the job update failed and was told"
+    ran = [chunk.strip("\n").split("\n") for chunk in ("\n" + log.read_text()).split("\n--\n") if chunk.strip()]
+    assert [["scontrol", *a] for a in ran] == argvs, "every argv arrived exactly, without a shell"
+    lines = said.getvalue().splitlines()
+    assert f"ran: {shlex.join(argvs[0])}" in lines
+    assert f"FAILED: {shlex.join(argvs[1])}  (exit 1: slurm_update error: Invalid job id specified)" in lines
+
+
+def test_dry_run_prints_the_scripts_commands_and_runs_none(tmp_path, monkeypatch):
+    import io
+
+    log = _fake_scontrol(tmp_path, monkeypatch)
+    rules = _rules(Place("gpu_fell_off_bus", host="node02", gpu="0000:5d:00.0"))
+    said = io.StringIO()
+    assert isolation.apply(rules, "slurm", dry_run=True, out=said) == 0
+    assert not log.exists()
+    printed = [line for line in said.getvalue().splitlines() if not line.startswith("#")]
+    assert [shlex.split(line) for line in printed] == _script_commands(isolation.command_script(rules, "slurm"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(IsolationError, match="scontrol not found"):
+        isolation.apply(rules, "slurm")
+
+
+def test_report_apply_needs_isolation_and_dry_run_needs_apply(bundle_path, tmp_path):
+    from workbench.commands import report as report_command
+
+    assert report_command.APPLIED == isolation.APPLIED
+    build_bundle(bundle_path)
+    for argv, word in ((("--apply", "slurm"), "--apply needs --isolation"),
+                       (("--isolation", tmp_path / "i", "--dry-run"), "--dry-run goes with --apply"),
+                       (("--isolation", tmp_path / "i", "--apply", "ssh"), "invalid choice")):
+        code, _, err = run_cli("report", bundle_path, "--no-verify", *argv)
+        assert code == 2 and word in err and err.count("\n") == 1, (argv, err)
+    code, out, err = run_cli("report", bundle_path, "--no-verify", "-o", tmp_path / "r.md", "--isolation",
+                             tmp_path / "i", "--apply", "slurm", "--dry-run")
+    assert code == 0 and out == "", err
+    script = _script_commands((tmp_path / "i" / "slurm.sh").read_text())
+    assert script and all(shlex.join(argv) in err.splitlines() for argv in script)

@@ -16,6 +16,7 @@ node did not answer."""
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -30,40 +31,51 @@ if TYPE_CHECKING:  # the cluster modules load DuckDB: imported when a sub-action
 
 NAME = "cluster"
 HELP = "capture every node of a Slurm job (srun, epilog) or a Kubernetes node set, with a coverage table"
-ACTIONS = ("capture", "collect", "manifest")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("action", choices=ACTIONS, metavar="ACTION", help="capture, collect or manifest")
-    parser.add_argument("--slurm-job", metavar="J", help="the Slurm job whose nodes to capture")
-    parser.add_argument("--nodes", metavar="LIST", help="a Slurm host list: node[01-16],gpu-7")
-    parser.add_argument("--out", metavar="DIR", help="shared folder for the per-node bundles (capture, collect)")
-    parser.add_argument("--since", metavar="DURATION", default="24h",
-                        help="how far back each node collects logs: 30m, 6h, 2d or an ISO time (default 24h)")
-    parser.add_argument("--title", metavar="T", help="title of the merged incident")
-    parser.add_argument("--safe", action="store_true", help="pass --safe to every node's capture (no NVML)")
-    parser.add_argument("--only", metavar="COLLECTOR", action="append", help="passed on to every node's capture")
-    parser.add_argument("--skip", metavar="COLLECTOR", action="append", help="passed on to every node's capture")
-    parser.add_argument("--node-timeout", type=positive_float, default=180.0, metavar="SECONDS",
-                        help="cut a node's capture off after this long (default 180)")
-    parser.add_argument("--fanout", type=positive_int, default=32, metavar="N",
-                        help="nodes captured at once (default 32)")
-    parser.add_argument("--gpuwb", metavar="PATH",
-                        help="the gpuwb program on the nodes (default: this Python, -m workbench.cli)")
-    parser.add_argument("--no-merge", action="store_true", help="write the per-node bundles and coverage only")
-    k8s = parser.add_argument_group("manifest (Kubernetes)")
-    k8s.add_argument("--image", metavar="IMAGE", help="container image with gpuwb installed")
-    k8s.add_argument("--name", metavar="NAME", help="Job name (default gpuwb-capture-DATE-TIME)")
-    k8s.add_argument("--namespace", metavar="NS", default="gpuwb", help="namespace (default gpuwb)")
-    k8s.add_argument("--claim", metavar="PVC", default="gpuwb-bundles",
-                     help="ReadWriteMany claim the bundles go to (default gpuwb-bundles)")
-    k8s.add_argument("--claim-size", metavar="SIZE", help="also print that claim, of this size (e.g. 20Gi)")
-    k8s.add_argument("--storage-class", metavar="CLASS", help="storage class of the printed claim")
-    k8s.add_argument("--nccl-log-dir", metavar="DIR", action="append", default=[],
-                     help="host folder of NCCL logs, mounted read-only (repeatable)")
-    k8s.add_argument("--deadline", type=positive_int, default=900, metavar="SECONDS",
-                     help="the Job ends after this long, pods on down nodes included (default 900)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=type(parser), required=True)
+    capture = actions.add_parser("capture", help="one gpuwb capture per node, through srun",
+                                 description="One `gpuwb capture` per node of job J (or of a host list), "
+                                             "through srun, with a coverage table and the merged bundle.")
+    collect = actions.add_parser("collect", help="the coverage and merged bundle of bundles already in DIR/nodes",
+                                 description="The coverage table and merged bundle of per-node bundles already "
+                                             "in DIR/nodes (the Slurm epilog's, a Kubernetes Job's).")
+    manifest = actions.add_parser("manifest", help="the Kubernetes Job that captures these nodes",
+                                  description="Print the Kubernetes Job (one pod per node) that captures the nodes.")
+    for action in (capture, collect):
+        action.add_argument("--slurm-job", metavar="J", help="the Slurm job whose nodes to capture")
+        action.add_argument("--nodes", metavar="LIST", help="a Slurm host list: node[01-16],gpu-7")
+        action.add_argument("--out", metavar="DIR", help="shared folder for the per-node bundles")
+        action.add_argument("--title", metavar="T", help="title of the merged incident")
+        action.add_argument("--no-merge", action="store_true", help="write the per-node bundles and coverage only")
+        action.add_argument("--json", action="store_true",
+                            help="print the coverage as one JSON object (the table goes to stderr)")
+    manifest.add_argument("--nodes", metavar="LIST", help="the Kubernetes node names, as a Slurm host list")
+    for action in (capture, manifest):
+        action.add_argument("--since", metavar="DURATION", default="24h",
+                            help="how far back each node collects logs: 30m, 6h, 2d or an ISO time (default 24h)")
+        action.add_argument("--safe", action="store_true", help="pass --safe to every node's capture (no NVML)")
+    capture.add_argument("--only", metavar="COLLECTOR", action="append", help="passed on to every node's capture")
+    capture.add_argument("--skip", metavar="COLLECTOR", action="append", help="passed on to every node's capture")
+    capture.add_argument("--node-timeout", type=positive_float, default=180.0, metavar="SECONDS",
+                         help="cut a node's capture off after this long (default 180)")
+    capture.add_argument("--fanout", type=positive_int, default=32, metavar="N",
+                         help="nodes captured at once (default 32)")
+    capture.add_argument("--gpuwb", metavar="PATH",
+                         help="the gpuwb program on the nodes (default: this Python, -m workbench.cli)")
+    manifest.add_argument("--image", metavar="IMAGE", help="container image with gpuwb installed")
+    manifest.add_argument("--name", metavar="NAME", help="Job name (default gpuwb-capture-DATE-TIME)")
+    manifest.add_argument("--namespace", metavar="NS", default="gpuwb", help="namespace (default gpuwb)")
+    manifest.add_argument("--claim", metavar="PVC", default="gpuwb-bundles",
+                          help="ReadWriteMany claim the bundles go to (default gpuwb-bundles)")
+    manifest.add_argument("--claim-size", metavar="SIZE", help="also print that claim, of this size (e.g. 20Gi)")
+    manifest.add_argument("--storage-class", metavar="CLASS", help="storage class of the printed claim")
+    manifest.add_argument("--nccl-log-dir", metavar="DIR", action="append", default=[],
+                          help="host folder of NCCL logs, mounted read-only (repeatable)")
+    manifest.add_argument("--deadline", type=positive_int, default=900, metavar="SECONDS",
+                          help="the Job ends after this long, pods on down nodes included (default 900)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -136,31 +148,44 @@ def _collect(args: argparse.Namespace) -> tuple[list[NodeResult], dict[str, Any]
 
 
 def _finish(args: argparse.Namespace, folder: Path, results: list[NodeResult], about: dict[str, Any]) -> int:
-    from workbench.cluster.coverage import COVERAGE_BUNDLE, coverage_table, record_coverage, summary, write_coverage
+    from workbench.cluster.coverage import (
+        COVERAGE_BUNDLE,
+        coverage_document,
+        coverage_table,
+        record_coverage,
+        summary,
+        write_coverage,
+    )
 
     title = args.title or (f"Slurm job {about['job']} on {len(results)} node(s)" if about.get("job")
                            else f"cluster capture of {len(results)} node(s)")
-    write_coverage(folder, results, about)
+    written = write_coverage(folder, results, about)
     coverage_bundle = record_coverage(folder / COVERAGE_BUNDLE, results, about, title=f"coverage: {title}")
-    print()
-    print("Coverage per node")
-    print(coverage_table(results))
-    print()
-    print(summary(results))
-    print(f"coverage: {folder / 'coverage.json'}, {coverage_bundle}")
+    text = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the one object alone
+    print(file=text)
+    print("Coverage per node", file=text)
+    print(coverage_table(results), file=text)
+    print(file=text)
+    print(summary(results), file=text)
+    print(f"coverage: {written}, {coverage_bundle}", file=text)
+    merged_path = None
+    code = 0 if all(r.status == "answered" for r in results) else 1
     if about.get("complete") is False:
         print("gpuwb: interrupted: the coverage is written, the merge is left out", file=sys.stderr)
-        return 130
-    if not args.no_merge:
+        code = 130
+    elif not args.no_merge:
         from workbench.merge import merge_bundles
 
         inputs = [r.bundle for r in results if r.bundle is not None] + [coverage_bundle]
         merged = merge_bundles(folder / "merged.duckdb", inputs, title=title)
+        merged_path = str(merged.path)
         print(f"merged {len(inputs) - 1} node bundle(s) and the coverage into {merged.path} "
-              f"(root digest {merged.root_digest[:16]}…)")
-    if all(r.status == "answered" for r in results):
-        return 0
-    return 1
+              f"(root digest {merged.root_digest[:16]}…)", file=text)
+    if args.json:
+        sys.stdout.write(json.dumps({**coverage_document(results, about), "coverage_file": str(written),
+                                     "coverage_bundle": str(coverage_bundle), "merged": merged_path},
+                                    default=str) + "\n")
+    return code
 
 
 def _new_folder(out: Path) -> Path:

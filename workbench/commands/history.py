@@ -1,6 +1,9 @@
 """The fleet's incident history: `add` files bundles' incidents (summary, culprits with their GPU's
 serial and UUID, causes, key events) as Parquet under --history DIR (or $GPUWB_HISTORY); `show`
-lists the GPUs and hosts that keep coming back. --json prints the object of docs/cli.md."""
+lists the GPUs and hosts that keep coming back. --json prints the object of docs/cli.md.
+
+  gpuwb history add BUNDLE... [--history DIR] [--json]
+  gpuwb history show [--history DIR] [--host H] [--gpu ID] [--since 90d] [--min N] [--json]"""
 
 from __future__ import annotations
 
@@ -24,15 +27,30 @@ HELP = "incident history across bundles: add incidents, list repeat offenders"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=("add", "show"), metavar="ACTION", help="add BUNDLE... or show")
-    parser.add_argument("bundles", nargs="*", metavar="BUNDLE", help="with add: the bundles to file")
-    parser.add_argument("--history", metavar="DIR", help="the history folder (default $GPUWB_HISTORY)")
-    parser.add_argument("--host", metavar="H", help="with show: only this host's incidents")
-    parser.add_argument("--gpu", metavar="ID", help="with show: only this GPU (serial, UUID or PCI bus id)")
-    parser.add_argument("--since", metavar="T", help="with show: incidents since a duration ago (90d) or an ISO time")
-    parser.add_argument("--min", type=positive_int, metavar="N", dest="min_incidents",
-                        help="with show: at least N incidents (default 2; 1 with --host or --gpu)")
-    parser.add_argument("--json", action="store_true", help="with show: print one JSON object")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    _history_option(parser)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=type(parser), required=True)
+    add = actions.add_parser("add", help="file the incidents of these bundles",
+                             description="File each bundle's incident (summary, culprits, causes, key events).")
+    add.add_argument("bundles", nargs="+", metavar="BUNDLE", help="the bundles to file")
+    _history_option(add, child=True)
+    add.add_argument("--json", action="store_true", help="print one JSON object (see docs/cli.md)")
+    show = actions.add_parser("show", help="list the GPUs and hosts that keep coming back",
+                              description="List repeat offenders: GPUs and hosts named as culprits in --min "
+                                          "incidents or more.")
+    _history_option(show, child=True)
+    show.add_argument("--host", metavar="H", help="only this host's incidents")
+    show.add_argument("--gpu", metavar="ID", help="only this GPU (serial, UUID or PCI bus id)")
+    show.add_argument("--since", metavar="T", help="incidents since a duration ago (90d) or an ISO time")
+    show.add_argument("--min", type=positive_int, metavar="N", dest="min_incidents",
+                      help="at least N incidents (default 2; 1 with --host or --gpu)")
+    show.add_argument("--json", action="store_true", help="print one JSON object (see docs/cli.md)")
+
+
+def _history_option(parser: argparse.ArgumentParser, child: bool = False) -> None:
+    """--history before or after the action (an action's own default must not hide one given before it)."""
+    parser.add_argument("--history", metavar="DIR", default=argparse.SUPPRESS if child else None,
+                        help="the history folder (default $GPUWB_HISTORY)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,11 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if not directory:
         raise UsageError("no history folder: give --history DIR or set GPUWB_HISTORY")
     if args.action == "add":
-        if not args.bundles:
-            raise UsageError("history add needs at least one BUNDLE")
-        return _add(History.open(directory, create=True), args.bundles)
-    if args.bundles:
-        raise UsageError("history show takes no BUNDLE (use history add)")
+        return _add(History.open(directory, create=True), args.bundles, as_json=args.json)
     history = History.open(directory)
     since = parse_since(args.since) if args.since else None
     least = least_incidents(args.min_incidents, host=args.host, gpu=args.gpu)
@@ -62,23 +76,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add(history: History, bundles: list[str]) -> int:
+def _add(history: History, bundles: list[str], *, as_json: bool = False) -> int:
     """One line per bundle; a bundle that cannot be read is named and the others are still filed."""
     from workbench.bundle import Bundle, BundleError
     from workbench.history import date_of, record_of
 
-    failed = 0
+    filed: list[dict[str, object]] = []
+    failed: list[dict[str, str]] = []
     for path in bundles:
         try:
             with Bundle.open(path) as bundle:
                 record = record_of(bundle)
         except BundleError as exc:
             print(printable(f"gpuwb: error: {exc}"), file=sys.stderr)
-            failed += 1
+            failed.append({"bundle": str(path), "error": str(exc)})
             continue
         status = history.add(record)
-        causes = ", ".join(record.causes) or "no culprit"
-        print(printable(f"{status}: {path} [incident {record.incident_id}] {date_of(record.started_at)} {causes}"))
+        filed.append({"bundle": str(path), "status": status, "incident_id": record.incident_id,
+                      "date": date_of(record.started_at) if record.started_at else None,
+                      "causes": list(record.causes)})
+        if not as_json:
+            causes = ", ".join(record.causes) or "no culprit"
+            print(printable(f"{status}: {path} [incident {record.incident_id}] {date_of(record.started_at)} {causes}"))
+    if as_json:
+        sys.stdout.write(json.dumps({"history": str(history.root), "filed": filed, "failed": failed}) + "\n")
     return 2 if failed else 0
 
 

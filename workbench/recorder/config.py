@@ -40,6 +40,19 @@ class RecorderConfig:
     capture: bool = True
     capture_timeout_s: float = 900.0
     nvml: bool = True
+    host: str | None = None
+    """the node's name in bundles and metrics (a DaemonSet pod's own name is not the node's); None: this host's"""
+    textfile_dir: str | None = None
+    """where gpuwb.prom goes for node_exporter's textfile collector (workbench/recorder/metrics.py)"""
+    metrics_port: int | None = None
+    """a loopback port serving the same page at /metrics"""
+    metrics_hold_s: float = 60.0
+    """a new series shows 0 this long before its count: at least the scrape interval"""
+
+    @property
+    def exporting(self) -> bool:
+        """Whether the log-event counter is kept (lines are parsed only for it)."""
+        return bool(self.textfile_dir) or self.metrics_port is not None
 
     @property
     def folder(self) -> Path:
@@ -59,6 +72,7 @@ class RecorderConfig:
 
     @property
     def offsets_path(self) -> Path:
+        """The followed files' offsets and the log-event counters (one file, one rename)."""
         return self.folder / "ring" / "offsets.json"
 
     def to_json(self) -> str:

@@ -2,9 +2,11 @@
 
 ``gpuwb record`` replaces itself (``exec``, same pid) with ``python -m workbench.recorder.daemon CONFIG``
 so that the process that runs for months has loaded neither DuckDB nor the other sub-commands. One
-loop, woken every ``poll_s`` seconds (1 s): no threads, no busy waiting. A trigger starts the freeze
+loop, woken every ``poll_s`` seconds (1 s), no busy waiting; the only thread is the optional
+``--metrics-port`` server, which hands out the last rendered page. A trigger starts the freeze
 as a separate process (``workbench.recorder.freeze``) that reads the on-disk ring itself, so
-recording never stops while a bundle is written.
+recording never stops while a bundle is written. With ``--textfile-dir`` or ``--metrics-port`` every
+line read is also counted as ``gpuwb_log_events_total`` (workbench/recorder/metrics.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,17 @@ from typing import Any
 
 from workbench.recorder.config import RecorderConfig
 from workbench.recorder.followers import FileFollower, GlobFollower, host_kernel_follower
+from workbench.recorder.metrics import (
+    TEXTFILE,
+    EventCounters,
+    LineEvents,
+    MetricsServer,
+    catalog_kinds,
+    event_labels,
+    load_state,
+    save_state,
+    write_textfile,
+)
 from workbench.recorder.ring import Ring, RingRecord
 from workbench.recorder.sampler import Loader, NvmlSampler
 from workbench.recorder.status import write_status
@@ -44,11 +57,31 @@ class Recorder:
 
     def __init__(self, config: RecorderConfig, *, nvml_loader: Loader | None = None) -> None:
         self.config = config
-        self.host = socket.gethostname()
+        self.host = config.host or socket.gethostname()
         config.folder.mkdir(parents=True, exist_ok=True)
         config.trigger_dir.mkdir(parents=True, exist_ok=True)
         self.ring = Ring(config.ring_dir, max_bytes=config.max_disk, window_s=config.window_s)
-        offsets = _load_json(config.offsets_path)
+        offsets, saved_counters = load_state(config.offsets_path)
+        self.counters = EventCounters(hold_s=config.metrics_hold_s,
+                                      kinds=catalog_kinds() if config.exporting else None)
+        self.counters.load(saved_counters)
+        self.counters.changed = bool(self.counters.series)  # written out on the first poll
+        self.line_events = LineEvents(self.host)
+        self.metrics_error = ""
+        self._metrics_at = 0.0
+        self.server: MetricsServer | None = None
+        if config.textfile_dir:
+            try:
+                Path(config.textfile_dir).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                self.metrics_error = f"textfile {config.textfile_dir}: {exc.strerror or exc}"
+                log(self.metrics_error)
+        if config.metrics_port is not None:
+            try:
+                self.server = MetricsServer(config.metrics_port)
+            except OSError as exc:  # the port is taken: the textfile (if any) still goes on
+                self.metrics_error = f"--metrics-port {config.metrics_port}: {exc.strerror or exc}"
+                log(self.metrics_error)
         self.kernel: Any = None
         self.kernel_error = ""
         if config.kernel_log:
@@ -74,22 +107,28 @@ class Recorder:
         self._health_at = time.time()
         self._prom_at = 0.0
         self._offsets: dict[str, Any] = {}
+        self._saved_counts: list[Any] = self.counters.to_json()
 
     # -- one poll -----------------------------------------------------------------------------
     def poll_once(self) -> list[Trigger]:
         now = round(time.time(), 6)  # as the ring stores it, so the trigger line falls inside its window
         records: list[RingRecord] = []
         triggers: list[Trigger] = []
+        read: dict[str, list[str]] = {}
         if self.kernel is not None:
             for line in self.kernel.poll():
                 records.append(RingRecord(now, self.kernel.source, "line", line))
+                read.setdefault(self.kernel.source, []).append(line)
                 if (hit := self.kernel_triggers.check(line, self.kernel.source, now)) is not None:
                     triggers.append(hit)
         for watch in self.watches:
             for source, line in watch.poll():
                 records.append(RingRecord(now, source, "line", line))
+                read.setdefault(source, []).append(line)
                 if (hit := nccl_trigger(line, source, now)) is not None:
                     triggers.append(hit)
+        if self.config.exporting:
+            records += self._count(read, now)
         if self.sampler is not None:
             docs, notes = self.sampler.poll()
             records += [RingRecord(now, "nvml", "nvml", json.dumps(doc, separators=(",", ":"))) for doc in docs]
@@ -108,8 +147,44 @@ class Recorder:
         records += [RingRecord(t.at, "recorder", "note", f"trigger: {t.reason} ({t.source})") for t in triggers]
         self.ring.append(records)
         if records:
-            self._save_offsets()
+            self._save_state()
+        if self.config.exporting:
+            self.export(now)
         return triggers
+
+    def _count(self, read: dict[str, list[str]], now: float) -> list[RingRecord]:
+        """Count the events of the lines just read; a source its parser fails on is noted, never fatal."""
+        notes = []
+        for source, lines in read.items():
+            try:
+                for host, kind, attrs in self.line_events.events(source, lines):
+                    self.counters.add(event_labels(host or self.host, kind, attrs, self.counters.kinds), now=now)
+            except Exception as exc:  # a parser bug must not stop the recorder: its lines stay in the ring
+                note = f"metrics: {len(lines)} line(s) of {source} not counted: {type(exc).__name__}: {exc}"[:300]
+                notes.append(RingRecord(now, "recorder", "note", note))
+                log(note)
+        return notes
+
+    def export(self, now: float) -> None:
+        """Write the counters out when they changed, when a new series' hold ended, and every
+        STATUS_EVERY_S (node_exporter's node_textfile_mtime_seconds shows the recorder alive)."""
+        due = self.counters.due(self._metrics_at)
+        if not (self.counters.changed or (due is not None and due <= now) or now - self._metrics_at >= STATUS_EVERY_S):
+            return
+        self._metrics_at = now
+        self.counters.changed = False
+        text = self.counters.text(now)
+        if self.server is not None:
+            self.server.page = text.encode("utf-8")
+        if self.config.textfile_dir:
+            try:
+                write_textfile(Path(self.config.textfile_dir), text)
+                error = ""
+            except OSError as exc:
+                error = f"textfile {self.config.textfile_dir}: {exc.strerror or exc}"
+            if error != self.metrics_error:
+                log(error or f"textfile {self.config.textfile_dir}: written again")
+            self.metrics_error = error
 
     def _scrape(self, now: float) -> RingRecord:
         url = self.config.prom or ""
@@ -120,17 +195,16 @@ class Recorder:
         except (OSError, ValueError) as exc:
             return RingRecord(now, "recorder", "note", f"prometheus {url}: {exc}")
 
-    def _save_offsets(self) -> None:
+    def _save_state(self) -> None:
         state: dict[str, Any] = {}
         if isinstance(self.kernel, FileFollower):
             state[self.kernel.path] = self.kernel.state()
         for watch in self.watches:
             state.update({path: f.state() for path, f in watch.files.items()})
-        if state != self._offsets:
-            self._offsets = state
-            partial = self.config.offsets_path.with_suffix(".tmp")
-            partial.write_text(json.dumps(state))
-            os.replace(partial, self.config.offsets_path)
+        counts = self.counters.to_json()
+        if state != self._offsets or counts != self._saved_counts:
+            self._offsets, self._saved_counts = state, counts
+            save_state(self.config.offsets_path, state, self.counters)
 
     # -- triggers and freezing ------------------------------------------------------------------
     def handle(self, triggers: list[Trigger]) -> None:
@@ -183,6 +257,15 @@ class Recorder:
             found.append({"source": f"prom:{self.config.prom}", "error": ""})
         return found
 
+    def metrics_status(self) -> dict[str, Any]:
+        if not self.config.exporting:
+            return {"state": "off"}
+        return {"state": "error" if self.metrics_error else "exporting", "error": self.metrics_error,
+                "textfile": str(Path(self.config.textfile_dir) / TEXTFILE) if self.config.textfile_dir else None,
+                "port": self.server.port if self.server is not None else None,
+                "series": len(self.counters.series), "events": sum(c.count for c in self.counters.series.values()),
+                "kinds": {source: kind.kind for source, kind in self.line_events.kinds.items()}}
+
     def write_status(self) -> None:
         self._status_at = time.time()
         segments = self.ring.segments()
@@ -195,7 +278,7 @@ class Recorder:
                      if self.sampler else {"state": "off", "reason": "--no-nvml"}),
             "last_trigger": self.last_trigger.as_dict() if self.last_trigger else None,
             "freezing": self.freezer is not None, "absorbed": self.gate.absorbed, "bundles": self.bundles,
-            "failed": self.failed})
+            "failed": self.failed, "metrics": self.metrics_status()})
 
     def log_health(self) -> None:
         """One line to stderr (the service's journal) every few minutes: alive, how big, what is wrong."""
@@ -210,7 +293,10 @@ class Recorder:
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
         log(f"recording into {self.config.out}: " + ", ".join(s["source"] for s in self.sources())
-            + (f" (kernel log not followed: {self.kernel_error})" if self.kernel_error else ""))
+            + (f" (kernel log not followed: {self.kernel_error})" if self.kernel_error else "")
+            + (f"; counting log events into {self.config.textfile_dir or ''}"
+               f"{' and ' if self.config.textfile_dir and self.server else ''}"
+               f"{f'127.0.0.1:{self.server.port}/metrics' if self.server else ''}" if self.config.exporting else ""))
         self.write_status()
         try:
             while not self.stop:
@@ -232,6 +318,8 @@ class Recorder:
         self.stop = True
 
     def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
         if self.sampler is not None:
             self.sampler.close()
         if self.kernel is not None and hasattr(self.kernel, "close"):
@@ -244,14 +332,6 @@ class Recorder:
 
 def log(message: str) -> None:
     print(f"gpuwb record: {time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
-
-
-def _load_json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text())
-        return value if isinstance(value, dict) else {}
-    except (OSError, ValueError):
-        return {}
 
 
 def main(argv: list[str]) -> int:

@@ -43,12 +43,19 @@ def _when(epoch: float | None) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+def recorder_state(status: dict[str, Any], now: float | None = None) -> str:
+    """``running``, ``stalled`` (alive, status not rewritten for STALE_AFTER_S) or ``not running``."""
+    now = time.time() if now is None else now
+    age = now - float(status.get("updated_at") or 0)
+    alive = pid_alive(int(status.get("pid") or 0)) if status.get("pid") else False
+    return "running" if alive and age <= STALE_AFTER_S else ("not running" if not alive else "stalled")
+
+
 def format_status(status: dict[str, Any], now: float | None = None) -> str:
     """The status as the lines ``gpuwb record status`` prints."""
     now = time.time() if now is None else now
     age = now - float(status.get("updated_at") or 0)
-    alive = pid_alive(int(status.get("pid") or 0)) if status.get("pid") else False
-    state = "running" if alive and age <= STALE_AFTER_S else ("not running" if not alive else "stalled")
+    state = recorder_state(status, now)
     ring = status.get("ring", {})
     lines = [f"recorder   {state} (pid {status.get('pid')}, since {_when(status.get('started_at'))}, "
              f"status {age:.0f} s old)",
@@ -60,6 +67,13 @@ def format_status(status: dict[str, Any], now: float | None = None) -> str:
     nvml = status.get("nvml", {})
     lines.append(f"nvml       {nvml.get('state', '-')}" + (f": {nvml['reason']}" if nvml.get("reason") else "")
                  + (f", {nvml.get('samples', 0)} samples" if nvml.get("samples") else ""))
+    metrics = status.get("metrics") or {}
+    if metrics.get("state") not in (None, "off"):
+        where = " and ".join(w for w in (metrics.get("textfile"),
+                                          f"127.0.0.1:{metrics['port']}/metrics" if metrics.get("port") else None) if w)
+        lines.append(f"metrics    gpuwb_log_events_total: {metrics.get('events', 0)} events in "
+                     f"{metrics.get('series', 0)} series -> {where or '-'}"
+                     + (f"  ({metrics['error']})" if metrics.get("error") else ""))
     last = status.get("last_trigger")
     lines.append(f"trigger    {last['reason']} at {_when(last['at'])} ({last['source']})" if last
                  else "trigger    none yet")

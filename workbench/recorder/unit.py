@@ -13,10 +13,16 @@ from workbench.recorder.config import RecorderConfig
 def exec_start(config: RecorderConfig) -> list[str]:
     """The command line that starts this recorder again, with every option spelled out."""
     gpuwb = shutil.which("gpuwb")
-    argv = [gpuwb] if gpuwb else [sys.executable, "-m", "workbench.cli"]
-    argv += ["record", "--out", config.out, "--window", f"{config.window_s:g}s", "--after", f"{config.after_s:g}s",
-             "--max-disk", str(config.max_disk), "--nvml-interval", f"{config.nvml_interval_s:g}s",
-             "--cooldown", f"{config.cooldown_s:g}s"]
+    return ([gpuwb] if gpuwb else [sys.executable, "-m", "workbench.cli"]) + record_args(config)
+
+
+def record_args(config: RecorderConfig, host: str | None = None) -> list[str]:
+    """``record`` and its options, as the service runs it (``host`` overrides the configured one)."""
+    argv = ["record", "--out", config.out, "--window", f"{config.window_s:g}s", "--after", f"{config.after_s:g}s",
+            "--max-disk", str(config.max_disk), "--nvml-interval", f"{config.nvml_interval_s:g}s",
+            "--cooldown", f"{config.cooldown_s:g}s"]
+    if host or config.host:
+        argv += ["--host", host or config.host or ""]
     if config.kernel_log:
         argv += ["--kernel-log", config.kernel_log]
     for pattern in config.watch:
@@ -27,6 +33,12 @@ def exec_start(config: RecorderConfig) -> list[str]:
         argv.append("--no-capture")
     if not config.nvml:
         argv.append("--no-nvml")
+    if config.textfile_dir:
+        argv += ["--textfile-dir", config.textfile_dir]
+    if config.metrics_port is not None:
+        argv += ["--metrics-port", str(config.metrics_port)]
+    if config.exporting:
+        argv += ["--metrics-hold", f"{config.metrics_hold_s:g}s"]
     return argv
 
 
