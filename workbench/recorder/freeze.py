@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from collectors._redact import redact_bytes
 from workbench.bundle import Bundle
 from workbench.ingest import STORED, ingest_paths
 from workbench.merge import merge_bundles
@@ -56,13 +57,15 @@ def _file_name(source: str, n: int, suffix: str) -> str:
 
 def stage(records: list[RingRecord], folder: Path) -> dict[str, Any]:
     """Write ``records`` as evidence files in ``folder``: one log per followed source (its raw lines,
-    verbatim), one NVML document, one file per Prometheus page. Returns counts and the notes."""
+    verbatim but for secrets), one NVML document, one file per Prometheus page. Returns counts and the
+    notes. The ring is a capture taken early, so its secrets are masked as ``gpuwb capture`` masks them
+    (a training log that prints its environment, a URL with a token in a scraped page)."""
     folder.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"lines": 0, "nvml_samples": 0, "prom_pages": 0, "notes": [], "sources": []}
     for n, (source, kind, group) in enumerate(records_by_source(records)):
         if kind == "line":
             (folder / _file_name(source, n, ".log")).write_bytes(
-                "".join(r.text + "\n" for r in group).encode("utf-8", "surrogateescape"))
+                _redacted("".join(r.text + "\n" for r in group)))
             summary["lines"] += len(group)
             summary["sources"].append(f"{source}: {len(group)} lines")
         elif kind == "nvml":
@@ -79,11 +82,16 @@ def stage(records: list[RingRecord], folder: Path) -> dict[str, Any]:
                 # the header a live `gpuwb capture --prom` scrape starts with: the page's time and instance
                 mark = (f"# gpuwb-scrape url={urllib.parse.quote(url, safe=':/?&=%')} "
                         f"time={when.isoformat(timespec='microseconds').replace('+00:00', 'Z')}\n")
-                (folder / _file_name(f"{instance}-{stamp}", n, ".prom")).write_text(mark + record.text)
+                (folder / _file_name(f"{instance}-{stamp}", n, ".prom")).write_bytes(_redacted(mark + record.text))
             summary["prom_pages"] += len(group)
         elif kind == "note":
-            summary["notes"] += [f"{_iso(r.t)} {r.text}" for r in group]
+            summary["notes"] += [_redacted(f"{_iso(r.t)} {r.text}").decode("utf-8", "surrogateescape") for r in group]
+    summary["sources"] = [_redacted(line).decode("utf-8", "surrogateescape") for line in summary["sources"]]
     return summary
+
+
+def _redacted(text: str) -> bytes:
+    return redact_bytes(text.encode("utf-8", "surrogateescape"))[0]
 
 
 def merge_nvml(docs: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -98,3 +98,25 @@ def test_the_one_shot_capture_is_merged_into_the_frozen_bundle(tmp_path: Path, m
         kinds = {k for (k,) in bundle.con.execute("SELECT DISTINCT kind FROM event").fetchall()}
         assert bundle.meta()["title"] == "xid 48 on node07 (gpuwb record)"
     assert {"xid", "pcie_aer"} <= kinds
+
+
+def test_a_frozen_window_holds_no_secret_the_followed_logs_printed(tmp_path: Path) -> None:
+    """The ring is an early capture: a trainer that prints its environment or a token-bearing URL must not
+    put the secret into the bundle, its chunks or its coverage notes."""
+    now = time.time()
+    records = [RingRecord(now, "file:/scratch/job42/rank0.log", "line", "env HF_TOKEN=hf_abcdefghijklmnopqrstuvwx12"),
+               RingRecord(now, "file:/scratch/job42/rank0.log", "line", "pulling https://u:s3cretpass@repo.local/x"),
+               RingRecord(now, "recorder", "note", "watching with PGPASSWORD=n0tes3cret"),
+               kernel(now, "NVRM: Xid (PCI:0000:5d:00): 79, pid=0, GPU has fallen off the bus.")]
+    path = tmp_path / "b.duckdb"
+    with Bundle.create(path) as bundle:
+        freeze_module.add_window(bundle, records, host="node07", name="recorder", since=now - 1, until=now + 1,
+                                 extra={})
+    with Bundle.open(path) as bundle:
+        stored = b"".join(b"".join(bundle.artifact_bytes(a["id"])) for a in bundle.artifacts())
+        rows = str(bundle.con.execute("SELECT * FROM event").fetchall() + bundle.coverage()
+                   + bundle.con.execute("SELECT detail FROM capture_log").fetchall())
+        xids = bundle.con.execute("SELECT count(*) FROM event WHERE kind = 'xid'").fetchall()[0][0]
+    for secret in ("hf_abcdefghijklmnopqrstuvwx12", "s3cretpass", "n0tes3cret"):
+        assert secret.encode() not in stored and secret not in rows
+    assert b"GPU has fallen off the bus" in stored and xids == 1, "evidence itself is kept"
