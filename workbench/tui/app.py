@@ -82,7 +82,6 @@ class Cockpit(App):
         self.terminated: int | None = None
         """The signal that ended the cockpit, if one did."""
         self._signals: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
-        self._busy = ""
         super().__init__()
         self.theme = "textual-light" if theme == "light" else "textual-dark"
         for spec in self.specs:
@@ -165,8 +164,6 @@ class Cockpit(App):
         self.writer.submit(Pending(what, write, done, reopen=reopen))
 
     def _saving(self, text: str) -> None:
-        if text:
-            self._busy = text.partition("(bundle busy: ")[2].rstrip(")")
         self.saving = text if self.writer.pending else ""
 
     def _landed(self, item: Pending) -> None:
@@ -191,7 +188,8 @@ class Cockpit(App):
             self.exit()
             return
         self.saving = ""
-        why = f"the bundle was still busy ({self._busy})" if self._busy else "the bundle was still busy"
+        busy = self.writer.busy
+        why = f"the bundle was still busy ({busy})" if busy else "the bundle was still busy"
         for item in left:
             self._not_saved(item, f"{why} when you quit")
         self.notify(f"{len(left)} journal entr{'y was' if len(left) == 1 else 'ies were'} not saved; q again quits",

@@ -60,6 +60,8 @@ class JournalWriter:
         self._attempting = False
         self._thread: threading.Thread | None = None
         self._said = ""
+        self.busy = ""
+        """Who held the bundle at the last attempt that found it busy (``busy_reason``); "" if none did."""
 
     @property
     def pending(self) -> int:
@@ -112,6 +114,7 @@ class JournalWriter:
                 if not retry:
                     self._queue.popleft()  # still the head: abandon() waited for this attempt
                 left = len(self._queue)
+            self.busy = reason if kind == "busy" else ""
             if retry:
                 self._status(f"saving {left} journal entr{'y' if left == 1 else 'ies'}… (bundle busy: {reason})")
                 with self._cond:
@@ -120,7 +123,8 @@ class JournalWriter:
             if kind == "landed":
                 self._on_landed(item)
             elif kind == "busy":
-                self._on_failed(item, f"the bundle stayed busy for {self.bound_s / 60:g} min ({reason})")
+                bound = f"{self.bound_s / 60:g} min" if self.bound_s >= 120 else f"{self.bound_s:g} s"
+                self._on_failed(item, f"the bundle stayed busy for {bound} ({reason})")
             else:
                 self._on_failed(item, reason)
             if not left:
