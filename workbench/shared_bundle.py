@@ -10,12 +10,17 @@ Responder work stays inside the bundle (the ``journal`` table), so the bundle re
 Within one process DuckDB also refuses a read-only and a writable connection to the same file at
 the same time ("different configuration"): the cockpit's background readers (analysis, report
 model, a check's rows) and its journal writes therefore take turns on a per-file lock, readers
-together, a writer alone.
+together, a writer alone. One wait covers both: the turn and the file's lock share one deadline.
+
+A process that holds the bundle for writing much longer (an ingest, a merge) outlasts any retry.
+The cockpit's journal writes therefore keep trying in a thread of their own
+(``workbench/tui/saving.py``), and :func:`busy_reason` names who holds the bundle meanwhile.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,7 +37,7 @@ RETRY_S = 5.0
 
 
 class _TakeTurns:
-    """A readers-writer lock for one bundle file in this process; waits at most ``timeout`` seconds."""
+    """A readers-writer lock for one bundle file in this process; waits until ``deadline`` (monotonic)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -40,8 +45,7 @@ class _TakeTurns:
         self._writer = False
 
     @contextmanager
-    def hold(self, *, write: bool, timeout: float, path: Path) -> Iterator[None]:
-        deadline = time.monotonic() + timeout
+    def hold(self, *, write: bool, deadline: float, path: Path) -> Iterator[None]:
         with self._cond:
             while self._writer or (write and self._readers):
                 left = deadline - time.monotonic()
@@ -83,20 +87,24 @@ class SharedBundle:
             pass
 
     @contextmanager
-    def read(self) -> Iterator[Bundle]:
-        """A read-only connection for one query or a few related ones."""
-        with _turns(self.path).hold(write=False, timeout=self.retry_s, path=self.path):
-            bundle = self._open(write=False)
+    def read(self, *, wait: float | None = None) -> Iterator[Bundle]:
+        """A read-only connection for one query or a few related ones; waits at most ``wait``
+        seconds (default ``retry_s``) for a writer to finish."""
+        deadline = time.monotonic() + (self.retry_s if wait is None else wait)
+        with _turns(self.path).hold(write=False, deadline=deadline, path=self.path):
+            bundle = self._open(write=False, deadline=deadline)
             try:
                 yield bundle
             finally:
                 bundle.close()
 
     @contextmanager
-    def write(self) -> Iterator[Bundle]:
-        """A writable connection for one journal entry; closed at once so others can read again."""
-        with _turns(self.path).hold(write=True, timeout=self.retry_s, path=self.path):
-            bundle = self._open(write=True)
+    def write(self, *, wait: float | None = None) -> Iterator[Bundle]:
+        """A writable connection for one journal entry, closed at once so others can read again;
+        waits at most ``wait`` seconds (default ``retry_s``) for the others to finish."""
+        deadline = time.monotonic() + (self.retry_s if wait is None else wait)
+        with _turns(self.path).hold(write=True, deadline=deadline, path=self.path):
+            bundle = self._open(write=True, deadline=deadline)
             try:
                 yield bundle
             finally:
@@ -107,8 +115,7 @@ class SharedBundle:
         with self.read() as bundle:
             return fn(bundle)
 
-    def _open(self, *, write: bool) -> Bundle:
-        deadline = time.monotonic() + self.retry_s
+    def _open(self, *, write: bool, deadline: float) -> Bundle:
         delay = 0.01
         while True:
             try:
@@ -116,5 +123,42 @@ class SharedBundle:
             except BundleBusy:
                 if time.monotonic() >= deadline:
                     raise
-                time.sleep(delay)
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
                 delay = min(delay * 2, 0.2)
+
+
+_PID = re.compile(r"\bPID (\d+)")
+
+
+def busy_reason(exc: BaseException) -> str:
+    """Who keeps the bundle busy, in a few words for the cockpit's saving line: ``gpuwb ingest in
+    progress, PID 4242``; ``PID 4242 (python3) is writing it``; ``this cockpit is reading it``."""
+    text = str(exc)
+    if "in this cockpit" in text:
+        return "this cockpit is reading it"
+    found = _PID.search(text)
+    if found is None:
+        return "another process is writing it"
+    pid = int(found.group(1))
+    command = _command_of(pid)
+    if command is None:
+        return f"PID {pid} is writing it"
+    if command.startswith("gpuwb"):
+        return f"{command} in progress, PID {pid}"
+    return f"PID {pid} ({command}) is writing it"
+
+
+def _command_of(pid: int) -> str | None:
+    """``gpuwb SUBCOMMAND`` for a gpuwb process, else the program's name; None where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return None
+    if not argv:
+        return None
+    for n, arg in enumerate(argv):
+        if arg == "workbench.cli" or os.path.basename(arg) == "gpuwb":
+            sub = next((a for a in argv[n + 1:] if not a.startswith("-")), None)
+            return f"gpuwb {sub}" if sub else "gpuwb"
+    return os.path.basename(argv[0])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from tests.conftest import run_cli
@@ -42,3 +44,35 @@ def test_without_a_terminal_it_says_so_in_one_line(tmp_path):
     Bundle.create(path).close()
     code, out, err = run_cli("open", path)
     assert code == 2 and err.count("\n") == 1 and "needs a terminal" in err and "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def demo_bundle(tmp_path_factory):
+    from tests.workbench.tui.conftest import demo_incident
+
+    return demo_incident(tmp_path_factory.mktemp("open-signals")).path
+
+
+@pytest.mark.parametrize(("when", "after"), [(b"\x1b[?1049h", 0.2), (b"\x1b[?1049h", 0.7), (b"\x1b[?1049h", 1.5),
+                                             (b"Root cause, ranked", 0.0)])
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_signal_closes_the_cockpit_cleanly_with_its_status(demo_bundle, when, after, signum, status):
+    """Sent while the cockpit starts (screens mounting, the analysis and the report model in their
+    threads) or once it is drawn: the terminal is given back, one line names the signal. It used to
+    raise where the main thread was, inside a Textual handler: a traceback, and at times exit 0."""
+    from tests.workbench.tui.conftest import Terminal
+
+    term = Terminal("open", str(demo_bundle), "--author", "alice")
+    try:
+        term.wait_for(when)
+        term.read(after)
+        before = len(term.output)
+        term.process.send_signal(signum)
+        code = term.finish()
+    finally:
+        term.close()
+    tail = term.output[before:].decode("utf-8", "replace")
+    assert code == status
+    assert "Traceback" not in tail and "RuntimeWarning" not in tail and "Exception" not in tail, tail[-2000:]
+    assert "\x1b[?1049l" in tail  # the alternate screen left
+    assert tail.rstrip().endswith(f"gpuwb: terminated by {signal.Signals(signum).name}")

@@ -6,10 +6,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+
+import pytest
 
 from workbench import journal
-from workbench.bundle import Bundle
-from workbench.shared_bundle import SharedBundle
+from workbench.bundle import Bundle, BundleBusy
+from workbench.shared_bundle import SharedBundle, _turns
 
 WRITER = textwrap.dedent("""
     import sys
@@ -55,8 +59,6 @@ def test_a_reader_waits_for_a_short_writer_instead_of_failing(tmp_path):
 def test_a_write_waits_for_a_background_read_of_the_same_process(tmp_path):
     """DuckDB refuses a writable connection while this process holds a read-only one to the same file
     (the cockpit's analysis thread and a journal write): they take turns instead of failing."""
-    import threading
-
     path = tmp_path / "b.duckdb"
     Bundle.create(path).close()
     store = SharedBundle(path, "alice")
@@ -76,3 +78,45 @@ def test_a_write_waits_for_a_background_read_of_the_same_process(tmp_path):
     reader.join()
     with store.read() as bundle:
         assert [n.body["text"] for n in journal.state(bundle).notes] == ["written while the analysis read"]
+
+
+HOLD = textwrap.dedent("""
+    import sys
+    from workbench.bundle import Bundle
+    bundle = Bundle.open(sys.argv[1], write=True)
+    print("held", flush=True)
+    sys.stdin.readline()
+    bundle.close()
+""")
+
+
+def test_a_wait_for_the_bundle_is_one_deadline_not_one_per_lock(tmp_path):
+    """The turn inside this process and the file's lock share one wait: a cockpit thread holding its
+    turn and a bundle held by another process cost ``retry_s`` in all (it was the two waits added)."""
+    path = tmp_path / "b.duckdb"
+    Bundle.create(path).close()
+    store = SharedBundle(path, "alice", retry_s=3.0)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    taken, done = threading.Event(), threading.Event()
+
+    def take_a_turn() -> None:  # a background reader of this cockpit, in the middle of a query
+        with _turns(path).hold(write=False, deadline=time.monotonic() + 10, path=path):
+            taken.set()
+            done.wait(2.5)
+
+    turn = threading.Thread(target=take_a_turn)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        turn.start()
+        assert taken.wait(10)
+        start = time.monotonic()
+        with pytest.raises(BundleBusy), store.write():
+            pass
+        waited = time.monotonic() - start
+        assert 2.4 < waited < 4.2, waited  # 2.5 s for the turn, the rest of the 3 s for the file, not 2.5 + 3
+    finally:
+        done.set()
+        turn.join()
+        holder.kill()
+        holder.wait(timeout=30)

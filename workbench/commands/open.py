@@ -3,15 +3,25 @@
 Given a bundle, opens it. Given raw evidence (files, folders, archives), ingests it into a new
 bundle beside the first path (``incident/`` -> ``incident.duckdb``) and opens that; an existing
 bundle of that name is opened as it is. Responder work (notes, verdicts, action items) is written
-to the bundle's journal, signed with --author (default $USER)."""
+to the bundle's journal, signed with --author (default $USER). A bundle that cannot be read at all
+is one line and exit 2; SIGTERM and SIGHUP close the cockpit as q does and exit 143 and 129,
+naming on stderr any journal entry that was still waiting for a busy bundle."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from workbench.errors import UsageError
+from workbench.errors import Terminated, UsageError
+from workbench.table import printable
+
+EX_SOFTWARE = 70
+"""The exit status of a bug, as the command line gives it (workbench/cli.py)."""
+
+if TYPE_CHECKING:
+    from workbench.shared_bundle import SharedBundle
 
 NAME = "open"
 HELP = "open the incident cockpit (terminal UI) on a bundle or on raw evidence"
@@ -48,7 +58,6 @@ def _is_bundle(path: Path) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from workbench.baseline import load as load_baseline
-    from workbench.shared_bundle import SharedBundle
     from workbench.tui.app import Cockpit, default_author
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
@@ -64,6 +73,27 @@ def run(args: argparse.Namespace) -> int:
         with Bundle.create(path, title=Path(args.paths[0]).name) as bundle:
             results = ingest_paths(bundle, args.paths)
         print(f"{len(results)} files ingested", flush=True)
-    store = SharedBundle(path, args.author or default_author())
-    Cockpit(store, workload=args.workload, theme=args.theme, baseline=accepted).run()
+    store = _open_store(path, args.author or default_author())
+    app = Cockpit(store, workload=args.workload, theme=args.theme, baseline=accepted)
+    app.run()
+    for what in app.unsaved:
+        print(f"gpuwb: not saved (the bundle was busy): {printable(what)}", file=sys.stderr)
+    if app.terminated is not None:
+        raise Terminated(app.terminated)
+    if app.return_code:  # Textual has printed the traceback of a bug in the cockpit
+        print("gpuwb: internal error in the cockpit (its traceback is above)", file=sys.stderr)
+        return EX_SOFTWARE
     return 0
+
+
+def _open_store(path: Path, author: str) -> SharedBundle:
+    """The bundle for the cockpit, or the one-line error of a bundle that cannot be read at all."""
+    import duckdb
+
+    from workbench.bundle import BundleError
+    from workbench.shared_bundle import SharedBundle
+
+    try:
+        return SharedBundle(path, author)
+    except duckdb.Error as exc:
+        raise BundleError(f"cannot read bundle {path}: {printable((str(exc).splitlines() or [''])[0])}") from None

@@ -24,14 +24,15 @@ from textual.reactive import reactive
 from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widget import Widget
-from textual.widgets import Input, Label, Static
+from textual.widgets import Input
 
 from collectors.vocabulary import VERDICT_MARKS, VERDICTS
 from workbench.bundle import utc_naive
 from workbench.errors import InputError
 from workbench.journal import ACTION_STATUSES, PRIORITIES, SEVERITIES, STATUSES, TIME_KINDS, ActionItem
 from workbench.timespec import parse_instant
-from workbench.tui.text import verdict_style
+from workbench.tui.text import plain, verdict_style
+from workbench.tui.widgets import PlainLabel, PlainStatic
 
 T = TypeVar("T")
 
@@ -136,12 +137,13 @@ class Dialog(ModalScreen[T], Generic[T]):
     ]
 
     title_text = ""
+    _restore: tuple[dict[str, str | None], str | None] | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield from self.fields()
-            yield Static("", id="dialog-error")
-            yield Static("enter save · esc cancel · tab next field · ←/→ change a choice", classes="dialog-keys")
+            yield PlainStatic("", id="dialog-error")
+            yield PlainStatic("enter save · esc cancel · tab next field · ←/→ change a choice", classes="dialog-keys")
 
     def fields(self) -> ComposeResult:
         yield from ()
@@ -151,7 +153,27 @@ class Dialog(ModalScreen[T], Generic[T]):
         raise NotImplementedError
 
     def on_mount(self) -> None:
-        self.query_one("#dialog").border_title = self.title_text
+        self.query_one("#dialog").border_title = plain(self.title_text)
+        if self._restore is not None:
+            filled, problem = self._restore
+            for box in self.query(Input):
+                if box.id in filled:
+                    box.value = filled[box.id] or ""
+            for choice in self.query(Choice):
+                if choice.id in filled:
+                    choice.value = filled[choice.id]
+            self.query_one("#dialog-error", PlainStatic).update(problem or "")
+
+    def filled(self) -> dict[str, str | None]:
+        """What the form holds now, by field id: enough for :meth:`restore` to show it again."""
+        values: dict[str, str | None] = {box.id: box.value for box in self.query(Input) if box.id}
+        values.update({choice.id: choice.value for choice in self.query(Choice) if choice.id})
+        return values
+
+    def restore(self, filled: dict[str, str | None], problem: str | None = None) -> None:
+        """Show ``filled`` (from :meth:`filled`) in the fields when the form opens, ``problem`` on
+        its error line: a form whose entry was not saved comes back as the responder left it."""
+        self._restore = (filled, problem)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
@@ -161,7 +183,7 @@ class Dialog(ModalScreen[T], Generic[T]):
         try:
             value = self.result()
         except InputError as exc:
-            self.query_one("#dialog-error", Static).update(str(exc))
+            self.query_one("#dialog-error", PlainStatic).update(str(exc))
             return
         self.dismiss(value)
 
@@ -174,7 +196,7 @@ class Dialog(ModalScreen[T], Generic[T]):
         """A labelled row; inputs are one line high so a whole form fits in 80x24."""
         if isinstance(widget, Input):
             widget.compact = True
-        return Horizontal(Label(label), widget, classes="field")
+        return Horizontal(PlainLabel(label), widget, classes="field")
 
     def text(self, widget_id: str) -> str:
         return self.query_one(f"#{widget_id}", Input).value.strip()
@@ -199,7 +221,7 @@ class NoteDialog(Dialog[str | None]):
 
     def fields(self) -> ComposeResult:
         if self.pinned:
-            yield Static(Text.assemble(("pinned to ", "dim"), self.pinned), classes="dialog-info", id="pinned")
+            yield PlainStatic(Text.assemble(("pinned to ", "dim"), self.pinned), classes="dialog-info", id="pinned")
         yield self.field("note", Input(placeholder="what you saw, did or decided", id="text"))
 
     def result(self) -> str | None:
@@ -228,17 +250,17 @@ class VerdictDialog(Dialog[VerdictChoice | None]):
         self.explain = explain or {}
 
     def fields(self) -> ComposeResult:
-        yield Static(Text.assemble(("engine says ", "dim"),
+        yield PlainStatic(Text.assemble(("engine says ", "dim"),
                                    (f"{VERDICT_MARKS[self.engine]} {self.engine.replace('_', ' ')}",
                                     verdict_style(self.engine))), classes="dialog-info")
         yield self.field("verdict", Choice(_verdict_options(), self.current, id="verdict",
                                            styles={v: verdict_style(v) for v in VERDICTS}))
         yield self.field("reason", Input(placeholder="why (required to override the engine)", id="reason"))
-        yield Static(self.explain.get(self.current, ""), classes="dialog-info", id="rule")
+        yield PlainStatic(self.explain.get(self.current, ""), classes="dialog-info", id="rule")
 
     def on_choice_changed(self, event: Choice.Changed) -> None:
         if self.is_mounted and self.query("#rule"):
-            self.query_one("#rule", Static).update(self.explain.get(event.value or "", ""))
+            self.query_one("#rule", PlainStatic).update(self.explain.get(event.value or "", ""))
 
     def result(self) -> VerdictChoice:
         verdict = self.choice("verdict") or self.engine
@@ -318,7 +340,7 @@ class RootCauseDialog(Dialog[RootCauseChoice | None]):
         cause, host, gpu, text = self.initial
         yield self.field("cause", Input(cause, id="cause", placeholder="cause id, e.g. gpu_fell_off_bus (→ completes)",
                                         suggester=SuggestFromList(sorted(self.causes))))
-        yield Static(self._describe(cause), classes="dialog-info", id="cause-title")
+        yield PlainStatic(self._describe(cause), classes="dialog-info", id="cause-title")
         yield self.field("host", Input(host, id="host", placeholder="node03 (empty: whole job/service)"))
         yield self.field("GPU", Input(gpu, id="gpu", placeholder="PCI bus id, e.g. 0000:5d:00.0"))
         yield self.field("why", Input(text, id="text", placeholder="what convinced you"))
@@ -331,7 +353,7 @@ class RootCauseDialog(Dialog[RootCauseChoice | None]):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "cause" and self.query("#cause-title"):
-            self.query_one("#cause-title", Static).update(self._describe(event.value.strip()))
+            self.query_one("#cause-title", PlainStatic).update(self._describe(event.value.strip()))
 
     def result(self) -> RootCauseChoice:
         cause = self.text("cause")

@@ -10,12 +10,12 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import Input
 
 from workbench.artifact_text import ArtifactText
-from workbench.bundle import BundleError
-from workbench.tui.screens.base import CockpitScreen, Spec
-from workbench.tui.text import clip
+from workbench.tui.screens.base import CockpitScreen, Spec, guarded
+from workbench.tui.text import plain
+from workbench.tui.widgets import PlainStatic, PlainTable
 
 BEFORE = 40
 AFTER = 160
@@ -44,11 +44,11 @@ class EvidenceScreen(CockpitScreen):
         self._loading = False
 
     def compose(self) -> ComposeResult:
-        yield Static(id="provenance")
+        yield PlainStatic(id="provenance")
         yield Input(placeholder="search this artifact (enter finds, n/N next/previous, esc closes)", id="search",
                     classes="-hidden")
-        yield DataTable(id="lines", cursor_type="row")
-        yield Footer()
+        yield PlainTable(id="lines", cursor_type="row")
+        yield from self.bottom()
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -61,12 +61,10 @@ class EvidenceScreen(CockpitScreen):
             self.show(*target)
 
     # -- one artifact -----------------------------------------------------------------------------
+    @guarded("artifact not opened")
     def show(self, sha256: str, line: int | None) -> None:
-        try:
-            self.reader = ArtifactText(self.store, sha256)
-        except BundleError as exc:
-            self.notify(str(exc), severity="error")
-            return
+        self.reader = None
+        self.reader = ArtifactText(self.store, sha256)
         self.target_line = line
         self._paint_provenance()
         self._load(line or 1)
@@ -84,14 +82,15 @@ class EvidenceScreen(CockpitScreen):
                 f"{a.get('host') or '-'}:{a.get('source')}" for a in meta.aliases[:4]), "dim")
         if self.target_line is not None:
             text.append(f"\nline {self.target_line} is the event's line (▶)", "dim")
-        self.query_one("#provenance", Static).update(text)
+        self.query_one("#provenance", PlainStatic).update(text)
 
+    @guarded("lines not read")
     def _load(self, around: int) -> None:
         if self.reader is None:
             return
         start = max(1, around - BEFORE)
         self.shown = self.reader.lines(start, BEFORE + AFTER)
-        table = self.query_one("#lines", DataTable)
+        table = self.query_one("#lines", PlainTable)
         self._loading = True
         table.clear(columns=True)
         table.add_column("line", width=8, key="n")
@@ -100,7 +99,7 @@ class EvidenceScreen(CockpitScreen):
             mark = "▶" if number == self.target_line else " "
             style = "bold reverse" if number == self.target_line else ""
             hit = self.needle and self.needle.lower() in body.lower()
-            table.add_row(Text(f"{mark}{number:>6}", style), Text(clip(body, 2000), style or ("bold" if hit else "")),
+            table.add_row(Text(f"{mark}{number:>6}", style), plain(body, 2000, style or ("bold" if hit else "")),
                           key=str(number))
         index = next((i for i, (n, _) in enumerate(self.shown) if n >= around), max(0, len(self.shown) - 1))
         if self.shown:
@@ -108,7 +107,7 @@ class EvidenceScreen(CockpitScreen):
         self._loading = False
         table.focus()
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_data_table_row_highlighted(self, event: PlainTable.RowHighlighted) -> None:
         row = event.cursor_row
         if self._loading or self.reader is None or row != event.data_table.cursor_row or not 0 <= row < len(self.shown):
             return  # queued before the window was refilled, or passed over on the way to the target row
@@ -119,28 +118,29 @@ class EvidenceScreen(CockpitScreen):
             self._load(self.shown[row][0])
 
     # -- the artifact list ----------------------------------------------------------------------------
+    @guarded("artifacts not listed")
     def action_artifacts(self) -> None:
         with self.store.read() as bundle:
             self._artifacts = bundle.artifacts()
         self.reader = None
-        self.query_one("#provenance", Static).update(Text(f"{len(self._artifacts)} artifacts in this bundle "
+        self.query_one("#provenance", PlainStatic).update(Text(f"{len(self._artifacts)} artifacts in this bundle "
                                                           "(enter opens one)", "bold"))
-        table = self.query_one("#lines", DataTable)
+        table = self.query_one("#lines", PlainTable)
         table.clear(columns=True)
         for name in ("host", "source", "kind", "size", "events", "sha256"):
             table.add_column(name, key=name)
         for a in self._artifacts:
-            table.add_row(a["host"] or "-", clip(a["source"], 60), a["kind"], f"{a['size']:,}",
+            table.add_row(plain(a["host"] or "-"), plain(a["source"], 60), plain(a["kind"]), f"{a['size']:,}",
                           str(a["events"] if a["events"] is not None else "-"), a["sha256"][:12], key=a["sha256"])
         table.focus()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_data_table_row_selected(self, event: PlainTable.RowSelected) -> None:
         self.action_pick()
 
     def action_pick(self) -> None:
         if self.reader is not None or not self._artifacts:
             return
-        table = self.query_one("#lines", DataTable)
+        table = self.query_one("#lines", PlainTable)
         chosen = self._artifacts[min(table.cursor_row, len(self._artifacts) - 1)]
         self.show(chosen["sha256"], None)
 
@@ -157,14 +157,14 @@ class EvidenceScreen(CockpitScreen):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.needle = event.value.strip()
         event.input.add_class("-hidden")
-        self.query_one("#lines", DataTable).focus()
+        self.query_one("#lines", PlainTable).focus()
         self._find(backwards=False)
 
     def on_key(self, event) -> None:
         box = self.query_one("#search", Input)
         if event.key == "escape" and box.has_focus:
             box.add_class("-hidden")
-            self.query_one("#lines", DataTable).focus()
+            self.query_one("#lines", PlainTable).focus()
             event.stop()
 
     def action_find_next(self) -> None:
@@ -173,10 +173,11 @@ class EvidenceScreen(CockpitScreen):
     def action_find_previous(self) -> None:
         self._find(backwards=True)
 
+    @guarded("search failed")
     def _find(self, *, backwards: bool) -> None:
         if self.reader is None or not self.needle:
             return
-        table = self.query_one("#lines", DataTable)
+        table = self.query_one("#lines", PlainTable)
         here = self.shown[table.cursor_row][0] if self.shown else 1
         found = self.reader.find(self.needle, after=here, backwards=backwards)
         if found is None:

@@ -21,14 +21,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.events import Resize
-from textual.widgets import DataTable, Footer, Static
 
 from workbench import baseline, query, samples
 from workbench.baseline import Drift
 from workbench.findings import Analysis
 from workbench.samples import Gpu
-from workbench.tui.screens.base import CockpitScreen, Spec
-from workbench.tui.text import BLOCKS, clip, severity_style, short_time
+from workbench.tui.screens.base import CockpitScreen, Spec, guarded
+from workbench.tui.text import BLOCKS, clip, plain, severity_style, short_time
+from workbench.tui.widgets import PlainStatic, PlainTable
 
 LABEL_WIDTH = 14
 EVENT_LINES = 6
@@ -125,14 +125,14 @@ class GpusScreen(CockpitScreen):
         self._drift: dict[tuple[str | None, str | None], list[Drift]] | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(id="gpus-head")
-        yield DataTable(id="gpus-table", classes="panel", cursor_type="row")
+        yield PlainStatic(id="gpus-head")
+        yield PlainTable(id="gpus-table", classes="panel", cursor_type="row")
         with VerticalScroll(id="gpus-detail-box", classes="panel"):
-            yield Static(id="gpus-detail")
-        yield Footer()
+            yield PlainStatic(id="gpus-detail")
+        yield from self.bottom()
 
     def on_mount(self) -> None:
-        table = self.query_one("#gpus-table", DataTable)
+        table = self.query_one("#gpus-table", PlainTable)
         table.border_title = "GPUs (◀ named by the analysis · enter: raw line of its worst event)"
         for label, key in (("", "mark"), ("host", "host"), ("GPU", "gpu"), ("model", "model"), ("°C", "temp"),
                            ("W", "power"), ("util", "util"), ("state", "flags"), ("samples", "samples"),
@@ -140,12 +140,16 @@ class GpusScreen(CockpitScreen):
                            ("uuid", "uuid")):
             table.add_column(label, key=key)
         self.query_one("#gpus-detail-box").border_title = "Samples"
+        self._read_gpus()
+        super().on_mount()
+        table.focus()
+
+    @guarded("GPUs not read")
+    def _read_gpus(self) -> None:
         with self.store.read() as bundle:
             self._gpus = samples.gpus(bundle)
             if self.cockpit.baseline is not None:
                 self._drift = baseline.by_gpu(baseline.compare(bundle, self.cockpit.baseline))
-        super().on_mount()
-        table.focus()
 
     # -- data --------------------------------------------------------------------------------------
     def analysis_changed(self, analysis: Analysis | None) -> None:
@@ -175,7 +179,7 @@ class GpusScreen(CockpitScreen):
         return sorted(self._gpus, key=lambda g: ((self.named(g) or (math.inf, ""))[0], g.host or "", g.gpu))
 
     def _paint_table(self) -> None:
-        table = self.query_one("#gpus-table", DataTable)
+        table = self.query_one("#gpus-table", PlainTable)
         table.clear()
         gpus = self.ordered()
         hosts = {g.host for g in gpus}
@@ -192,14 +196,14 @@ class GpusScreen(CockpitScreen):
             drifted = sum(len(ds) for ds in self._drift.values())
             head.append(f" · {_count(drifted, 'drift')} from the accepted baseline" if drifted
                         else " · no drift from the accepted baseline", "bold red" if drifted else "")
-        self.query_one("#gpus-head", Static).update(head)
+        self.query_one("#gpus-head", PlainStatic).update(head)
         for g in gpus:
             table.add_row(*self._cells(g), key=f"{g.host or ''}|{g.gpu}")
         if gpus:
             table.move_cursor(row=0)
             self._show(gpus[0])
         else:
-            self.query_one("#gpus-detail", Static).update(Text("nothing to show", "italic"))
+            self.query_one("#gpus-detail", PlainStatic).update(Text("nothing to show", "italic"))
 
     def _cells(self, g: Gpu) -> list[Any]:
         named = self.named(g)
@@ -210,14 +214,14 @@ class GpusScreen(CockpitScreen):
                 if inv.get("pcie_max_gen") and inv.get("pcie_max_width") else "-")
         memory = f"{inv['memory_total_mib'] / 1024:.0f} GiB" if inv.get("memory_total_mib") else "-"
         return [Text(f"◀ #{named[0]}" if named else "", "bold red" if named else ""),
-                Text(g.host or "-", style), Text(g.gpu, style),
-                clip((g.name or "-").removeprefix("NVIDIA "), 22), _num(last.get("temp_c")),
+                plain(g.host or "-", style=style), plain(g.gpu, style=style),
+                plain((g.name or "-").removeprefix("NVIDIA "), 22), _num(last.get("temp_c")),
                 _num(last.get("power_w")), _num(last.get("util_gpu"), "{:.0f}%"),
-                Text(clip(" · ".join(flags) or "ok", 40), "red" if any(f.startswith("✗") for f in flags) else ""),
-                str(g.samples), inv.get("driver") or "-", inv.get("vbios") or "-", pcie, memory,
-                inv.get("uuid") or "-"]
+                plain(" · ".join(flags) or "ok", 40, "red" if any(f.startswith("✗") for f in flags) else ""),
+                str(g.samples), plain(inv.get("driver") or "-"), plain(inv.get("vbios") or "-"), pcie, memory,
+                plain(inv.get("uuid") or "-")]
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_data_table_row_highlighted(self, event: PlainTable.RowHighlighted) -> None:
         if event.data_table.id != "gpus-table" or event.row_key.value is None:
             return
         host, _, gpu = event.row_key.value.partition("|")
@@ -225,7 +229,7 @@ class GpusScreen(CockpitScreen):
         if found is not None:
             self._show(found)
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_data_table_row_selected(self, event: PlainTable.RowSelected) -> None:
         if event.data_table.id == "gpus-table":
             self.action_open_raw()
 
@@ -245,6 +249,7 @@ class GpusScreen(CockpitScreen):
             self._show(chosen)
 
     # -- the selected GPU ----------------------------------------------------------------------------
+    @guarded("GPU samples not read")
     def _show(self, g: Gpu) -> None:
         self._shown = (g.host, g.gpu)
         width = max(MIN_STRIP, self.size.width - 6 - LABEL_WIDTH - SUMMARY_WIDTH)
@@ -253,12 +258,12 @@ class GpusScreen(CockpitScreen):
             got = samples.gpu_samples(bundle, g.host, g.gpu, max_points=width)
             events = worst_events(bundle, flt)
             count = query.count_events(bundle, flt) if len(events) == EVENT_LINES else len(events)
-        self.query_one("#gpus-detail-box").border_title = f"Samples · {g.host or '-'} {g.gpu}"
+        self.query_one("#gpus-detail-box").border_title = plain(f"Samples · {g.host or '-'} {g.gpu}")
         self._events = events
         detail = render_detail(g, got, self.named(g))
         detail.append_text(render_drift(self.drift(g)) if self._drift is not None else Text())
         detail.append_text(render_events(events, count, self.size.width - 6))
-        self.query_one("#gpus-detail", Static).update(detail)
+        self.query_one("#gpus-detail", PlainStatic).update(detail)
 
 
 def render_detail(g: Gpu, got: samples.Samples, named: tuple[int, str] | None) -> Text:

@@ -20,14 +20,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.events import Resize
-from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
 from workbench import samples
 from workbench.findings import Analysis
 from workbench.samples import Anomaly, Curve
-from workbench.tui.screens.base import CockpitScreen, Spec
-from workbench.tui.text import BLOCKS, clip
+from workbench.tui.screens.base import STORAGE_ERRORS, CockpitScreen, Spec, one_line
+from workbench.tui.text import BLOCKS, clip, plain
+from workbench.tui.widgets import PlainOptionList, PlainStatic
 
 ALL_HOSTS = "*"
 Y_LABEL = 9
@@ -176,28 +176,35 @@ class LatencyScreen(CockpitScreen):
         """Every metric's curves on every server, read once; choosing curves or a server only redraws."""
 
     def compose(self) -> ComposeResult:
-        yield Static(id="lat-head")
+        yield PlainStatic(id="lat-head")
         with Horizontal(id="lat-body"):
             with Vertical(id="lat-left"):
-                yield OptionList(id="lat-series", classes="panel")
-                yield OptionList(id="lat-hosts", classes="panel")
+                yield PlainOptionList(id="lat-series", classes="panel")
+                yield PlainOptionList(id="lat-hosts", classes="panel")
             yield VerticalScroll(id="lat-charts", classes="panel")
-        yield Footer()
+        yield from self.bottom()
 
     def on_mount(self) -> None:
-        self.query_one("#lat-series", OptionList).border_title = "Series (enter: show/hide)"
-        self.query_one("#lat-hosts", OptionList).border_title = "Server"
+        self.query_one("#lat-series", PlainOptionList).border_title = "Series (enter: show/hide)"
+        self.query_one("#lat-hosts", PlainOptionList).border_title = "Server"
         self.query_one("#lat-charts").border_title = "Charts"
-        self.query_one("#lat-head", Static).update(Text("Serving series · reading…", "dim"))
+        self.query_one("#lat-head", PlainStatic).update(Text("Serving series · reading…", "dim"))
         super().on_mount()
         self.load()
 
     @work(thread=True, exclusive=True, group="latency-load")
     def load(self) -> None:
-        with self.store.read() as bundle:
-            by_metric = samples.curves(bundle, max_points=MAX_POINTS)
-            found = samples.anomalies(bundle)
-        self.app.call_from_thread(self._loaded, by_metric, found)
+        try:
+            with self.store.read() as bundle:
+                by_metric = samples.curves(bundle, max_points=MAX_POINTS)
+                found = samples.anomalies(bundle)
+        except STORAGE_ERRORS as exc:
+            self.cockpit.from_thread(self._not_read, one_line(exc))
+            return
+        self.cockpit.from_thread(self._loaded, by_metric, found)
+
+    def _not_read(self, why: str) -> None:
+        self.query_one("#lat-head", PlainStatic).update(plain(f"Serving series not read: {why}", style="bold red"))
 
     def _loaded(self, by_metric: dict[str, list[Curve]], found: list[Anomaly]) -> None:
         self._curves = by_metric
@@ -206,20 +213,20 @@ class LatencyScreen(CockpitScreen):
         self._hosts = sorted({c.host for curves in by_metric.values() for c in curves if c.host})
         if not self._families:
             self.query_one("#lat-body").display = False
-            self.query_one("#lat-head", Static).update(Text(
+            self.query_one("#lat-head", PlainStatic).update(Text(
                 "No serving series in this bundle (training incidents have none): GPUs (g) and Timeline (t) "
                 "hold the GPU side.", "italic"))
             return
         flagged = [f.metric for f in self._families if f.anomalous]
         self.selected = (flagged or [f.metric for f in self._families])[:DEFAULT_CHARTS]
         self._paint_picker()
-        hosts = self.query_one("#lat-hosts", OptionList)
-        hosts.add_option(Option(f"all: worst of {len(self._hosts)}", id=ALL_HOSTS))
+        hosts = self.query_one("#lat-hosts", PlainOptionList)
+        hosts.add_option(Option(plain(f"all: worst of {len(self._hosts)}"), id=ALL_HOSTS))
         room = 20 if self.size.width < 120 else 30
-        hosts.add_options(Option(tail(h, room), id=h) for h in self._hosts)
+        hosts.add_options(Option(plain(tail(h, room)), id=h) for h in self._hosts)
         hosts.highlighted = 0
         self._paint_head()
-        self.query_one("#lat-series", OptionList).focus()
+        self.query_one("#lat-series", PlainOptionList).focus()
         self.repaint()
 
     def analysis_changed(self, analysis: Analysis | None) -> None:
@@ -237,13 +244,13 @@ class LatencyScreen(CockpitScreen):
         return text
 
     def _paint_picker(self) -> None:
-        series = self.query_one("#lat-series", OptionList)
+        series = self.query_one("#lat-series", PlainOptionList)
         highlighted = series.highlighted
         series.clear_options()
         series.add_options(Option(self._prompt(f), id=f.metric) for f in self._families)
         series.highlighted = highlighted if highlighted is not None else 0
 
-    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+    def on_option_list_option_selected(self, event: PlainOptionList.OptionSelected) -> None:
         if event.option_list.id == "lat-series":
             self._toggle(event.option.id)
         elif event.option_list.id == "lat-hosts" and event.option.id:
@@ -252,7 +259,7 @@ class LatencyScreen(CockpitScreen):
             self.repaint()
 
     def action_toggle(self) -> None:
-        series = self.query_one("#lat-series", OptionList)
+        series = self.query_one("#lat-series", PlainOptionList)
         if self.focused is series and series.highlighted is not None:
             self._toggle(series.get_option_at_index(series.highlighted).id)
 
@@ -268,10 +275,10 @@ class LatencyScreen(CockpitScreen):
         self.repaint()
 
     def action_focus_series(self) -> None:
-        self.query_one("#lat-series", OptionList).focus()
+        self.query_one("#lat-series", PlainOptionList).focus()
 
     def action_focus_hosts(self) -> None:
-        self.query_one("#lat-hosts", OptionList).focus()
+        self.query_one("#lat-hosts", PlainOptionList).focus()
 
     # -- charts --------------------------------------------------------------------------------------
     def _width(self) -> int:
@@ -321,17 +328,17 @@ class LatencyScreen(CockpitScreen):
         head = Text.assemble(("Serving · ", "bold"), who, f" · {len(self._anomalies)} anomalies ▲")
         if w0 is not None:
             head.append(f" · incident [{w0:%H:%M:%S} → {w1:%H:%M:%S}]" if w1 else f" · incident from {w0:%H:%M:%S}")
-        self.query_one("#lat-head", Static).update(head)
+        self.query_one("#lat-head", PlainStatic).update(head)
 
     async def _paint_charts(self) -> None:
         box = self.query_one("#lat-charts", VerticalScroll)
         await box.remove_children()
         span = self._range()
         if not self.selected:
-            await box.mount(Static(Text("no series chosen: enter on a series at the left shows it", "italic")))
+            await box.mount(PlainStatic(Text("no series chosen: enter on a series at the left shows it", "italic")))
             return
         if span is None:
-            await box.mount(Static(Text("no points for these series on this server", "italic")))
+            await box.mount(PlainStatic(Text("no points for these series on this server", "italic")))
             return
         width = self._width()
         room = max(self.size.height - 6, 8)
@@ -348,7 +355,7 @@ class LatencyScreen(CockpitScreen):
                                            onsets=onsets, shade=WINDOW_SHADE[self.app.current_theme.dark]))
             chart.append_text(_onset_lines(onsets, fam.unit if fam else "", metric, width))
             chart.rstrip()
-            charts.append(Static(chart, classes="lat-chart", id=f"lat-chart-{metric}"))
+            charts.append(PlainStatic(chart, classes="lat-chart", id=f"lat-chart-{metric}"))
         await box.mount_all(charts)
 
 

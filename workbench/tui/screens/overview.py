@@ -15,13 +15,13 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.widgets import DataTable, Footer, Static
 
 from collectors.vocabulary import LAYER_TITLES, LAYERS, VERDICT_MARKS
 from workbench import query
 from workbench.findings import Analysis, Hypothesis
-from workbench.tui.screens.base import CockpitScreen, Spec
-from workbench.tui.text import clip, short_time, sparkline, verdict_style
+from workbench.tui.screens.base import CockpitScreen, Spec, guarded
+from workbench.tui.text import clip, plain, short_time, sparkline, verdict_style
+from workbench.tui.widgets import PlainStatic, PlainTable
 
 ACTIVITY_COLUMNS = 48
 ACTIVITY_LANES = 12
@@ -47,22 +47,22 @@ class OverviewScreen(CockpitScreen):
     ]
 
     def compose(self) -> ComposeResult:
-        yield Static(id="head")
-        yield Static(id="layers", classes="panel")
+        yield PlainStatic(id="head")
+        yield PlainStatic(id="layers", classes="panel")
         with Horizontal(id="middle"):
-            yield DataTable(id="hypotheses", classes="panel", cursor_type="row", zebra_stripes=False)
-            yield Static(id="activity", classes="panel")
-        yield DataTable(id="evidence", classes="panel", cursor_type="row")
+            yield PlainTable(id="hypotheses", classes="panel", cursor_type="row", zebra_stripes=False)
+            yield PlainStatic(id="activity", classes="panel")
+        yield PlainTable(id="evidence", classes="panel", cursor_type="row")
         with Horizontal(id="bottom"):
-            yield Static(id="next", classes="panel")
-            yield Static(id="unknown", classes="panel")
-        yield Footer()
+            yield PlainStatic(id="next", classes="panel")
+            yield PlainStatic(id="unknown", classes="panel")
+        yield from self.bottom()
 
     def on_mount(self) -> None:
-        hyps = self.query_one("#hypotheses", DataTable)
+        hyps = self.query_one("#hypotheses", PlainTable)
         hyps.border_title = "Root cause, ranked"
         hyps.add_columns("score", "cause", "where", "first seen")
-        ev = self.query_one("#evidence", DataTable)
+        ev = self.query_one("#evidence", PlainTable)
         ev.border_title = "Evidence (enter: open raw line)"
         ev.add_columns("time", "host", "source", "line")
         self.query_one("#layers").border_title = "Layers"
@@ -76,7 +76,9 @@ class OverviewScreen(CockpitScreen):
         hyps.focus()
 
     # -- the parts that need no analysis: painted at once -------------------------------------
+    @guarded("bundle not read")
     def _paint_facts(self) -> None:
+        self._title, self._hosts, self._gaps = self.store.path.name, [], []
         with self.store.read() as bundle:
             meta = bundle.meta()
             hosts = query.hosts_seen(bundle)
@@ -84,7 +86,7 @@ class OverviewScreen(CockpitScreen):
             missing = query.missing_sources(bundle)
         self._title = meta.get("title") or str(self.store.path.name)
         self._hosts = hosts
-        self.query_one("#head", Static).update(Text.assemble(
+        self.query_one("#head", PlainStatic).update(Text.assemble(
             ("gpuwb · ", "bold"), (self._title, "bold"), f"   {len(self._hosts)} hosts · analysing…"))
         gaps = _coverage_gaps([c for c in coverage if c.get("status") not in ("ok", "collected")])
         gaps += [f"{', '.join(hosts[:4])}{'…' if len(hosts) > 4 else ''}: no {source} evidence"
@@ -96,7 +98,7 @@ class OverviewScreen(CockpitScreen):
     # -- the rest, when the analysis arrives ----------------------------------------------------
     def _on_error(self, error: str | None) -> None:
         if error:
-            self.query_one("#head", Static).update(Text(f"gpuwb · {self._title}   analysis failed: {error}",
+            self.query_one("#head", PlainStatic).update(Text(f"gpuwb · {self._title}   analysis failed: {error}",
                                                         style="bold red"))
 
     def analysis_changed(self, analysis: Analysis | None) -> None:
@@ -148,7 +150,7 @@ class OverviewScreen(CockpitScreen):
             line2 = Text(" · ".join(parts) + " · " + right)
         for line in (line1, line2):
             line.no_wrap, line.overflow = True, "ellipsis"
-        self.query_one("#head", Static).update(Text("\n").join([line1, line2]))
+        self.query_one("#head", PlainStatic).update(Text("\n").join([line1, line2]))
 
     def _paint_layers(self, analysis: Analysis, model: dict[str, Any] | None = None) -> None:
         """All five layers always show: the long form when it fits the panel, else the short one."""
@@ -157,7 +159,7 @@ class OverviewScreen(CockpitScreen):
         strip = self._layer_strip(analysis, model, short=False)
         if strip.cell_len > room:
             strip = self._layer_strip(analysis, model, short=True)
-        self.query_one("#layers", Static).update(strip)
+        self.query_one("#layers", PlainStatic).update(strip)
 
     def _layer_strip(self, analysis: Analysis, model: dict[str, Any] | None, *, short: bool) -> Text:
         decided = {row["layer"]: row for row in (model or {}).get("layers") or []}
@@ -184,7 +186,7 @@ class OverviewScreen(CockpitScreen):
             self._paint_activity(self.analysis)
 
     def _paint_hypotheses(self, analysis: Analysis) -> None:
-        table = self.query_one("#hypotheses", DataTable)
+        table = self.query_one("#hypotheses", PlainTable)
         table.clear()
         if not analysis.hypotheses:
             table.add_row("", Text("no root cause ranked: walk the playbook (p)", "italic"), "", "")
@@ -192,36 +194,37 @@ class OverviewScreen(CockpitScreen):
             mark = "▶ " if h.rank == 1 else "  "
             table.add_row(Text(f"{mark}{h.score:.2f}", "bold" if h.rank == 1 else ""),
                           Text(f"{h.cause} ({SHORT_LAYER.get(h.layer, h.layer)})", "bold" if h.rank == 1 else ""),
-                          h.where,
+                          plain(h.where),
                           short_time(h.first_seen), key=str(h.rank))
         self._show_evidence(analysis.top)
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_data_table_row_highlighted(self, event: PlainTable.RowHighlighted) -> None:
         if event.data_table.id != "hypotheses" or self.analysis is None or event.row_key.value is None:
             return
         rank = int(event.row_key.value)
         self._show_evidence(next((h for h in self.analysis.hypotheses if h.rank == rank), None))
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_data_table_row_selected(self, event: PlainTable.RowSelected) -> None:
         """Enter on a cause goes down to its evidence; Enter on an evidence line opens it raw."""
         if event.data_table.id == "hypotheses":
-            self.query_one("#evidence", DataTable).focus()
+            self.query_one("#evidence", PlainTable).focus()
         elif event.data_table.id == "evidence":
             self.action_open_evidence()
 
     def _show_evidence(self, h: Hypothesis | None) -> None:
-        table = self.query_one("#evidence", DataTable)
+        table = self.query_one("#evidence", PlainTable)
         table.clear()
         self._evidence = list(h.evidence) if h else []
-        table.border_title = (f"Evidence for #{h.rank} {h.cause} (enter: open raw line)" if h else "Evidence")
+        table.border_title = plain(f"Evidence for #{h.rank} {h.cause} (enter: open raw line)" if h else "Evidence")
         for n, e in enumerate(self._evidence):
-            table.add_row(short_time(e.ts, seconds=True), e.host or "-", e.source or "-", clip(e.text, 160),
-                          key=str(n))
+            table.add_row(short_time(e.ts, seconds=True), plain(e.host or "-"), plain(e.source or "-"),
+                          plain(e.text, 160), key=str(n))
 
+    @guarded("activity not read")
     def _paint_activity(self, analysis: Analysis) -> None:
         start, end = _incident_window(analysis)
         if start is None or end is None:
-            self.query_one("#activity", Static).update(Text("no dated events", "italic"))
+            self.query_one("#activity", PlainStatic).update(Text("no dated events", "italic"))
             return
         width = self.query_one("#activity").content_size.width
         columns = max(12, min(ACTIVITY_COLUMNS, width - 20)) if width else ACTIVITY_COLUMNS
@@ -253,7 +256,7 @@ class OverviewScreen(CockpitScreen):
             out.append(f"… {more} more host(s) (t: timeline)\n", "dim")
         if first and first.ts:
             out.append(f"first anomaly {short_time(first.ts, seconds=True)} on {first.host or '-'}", "bold")
-        self.query_one("#activity", Static).update(out)
+        self.query_one("#activity", PlainStatic).update(out)
 
     def _paint_next(self, analysis: Analysis) -> None:
         out = Text()
@@ -266,7 +269,7 @@ class OverviewScreen(CockpitScreen):
         if focus:
             out.append(f"layer {LAYERS.index(focus) + 1}  ▶ {LAYER_TITLES[focus]}: ", "bold")
             out.append(clip(analysis.layer_focus.get(focus) or "review its checks (p)", 80))
-        self.query_one("#next", Static).update(out)
+        self.query_one("#next", PlainStatic).update(out)
 
     def _paint_unknown(self, model: dict[str, Any]) -> None:
         lines = list(self._gaps)
@@ -274,11 +277,11 @@ class OverviewScreen(CockpitScreen):
             lines.append("no dated evidence: times unknown")
         if not lines:
             lines = ["every collector ran; no gap recorded"]
-        self.query_one("#unknown", Static).update(Text(" · ".join(lines)))
+        self.query_one("#unknown", PlainStatic).update(Text(" · ".join(lines)))
 
     # -- actions --------------------------------------------------------------------------------
     def action_open_evidence(self) -> None:
-        table = self.query_one("#evidence", DataTable)
+        table = self.query_one("#evidence", PlainTable)
         evidence = getattr(self, "_evidence", [])
         if not evidence:
             self.notify("no evidence line to open", severity="warning")

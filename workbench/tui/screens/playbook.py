@@ -23,13 +23,11 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import DataTable, Footer, Static, Tree
 from textual.widgets.tree import TreeNode
 
 from collectors.vocabulary import LAYER_TITLES, LAYERS, VERDICT_MARKS
 from workbench import journal
 from workbench.bundle import Bundle
-from workbench.errors import GpuwbError
 from workbench.findings import Analysis, Check, Step
 from workbench.playbook_review import CheckRows, check_rows, clear_needs_reason, unreviewed
 from workbench.tui.dialogs import (
@@ -42,8 +40,9 @@ from workbench.tui.dialogs import (
     VerdictChoice,
     VerdictDialog,
 )
-from workbench.tui.screens.base import CockpitScreen, Spec
-from workbench.tui.text import clip, short_time, verdict_style
+from workbench.tui.screens.base import STORAGE_ERRORS, CockpitScreen, Spec, guarded, one_line
+from workbench.tui.text import clip, plain, short_time, verdict_style
+from workbench.tui.widgets import PlainStatic, PlainTable, PlainTree
 
 STEP_MARKS = {"ok": ("✓", "green"), "attention": ("!", "yellow"), "todo": ("☐", "")}
 
@@ -84,21 +83,21 @@ class PlaybookScreen(CockpitScreen):
         """The journal_version ``state`` was read at: a write of this screen reads it back at once."""
 
     def compose(self) -> ComposeResult:
-        yield Static(id="pb-head")
+        yield PlainStatic(id="pb-head")
         with Horizontal(id="pb-body"):
-            yield Tree(Text("playbook"), id="pb-tree", classes="panel")
+            yield PlainTree(Text("playbook"), id="pb-tree", classes="panel")
             with Vertical(id="pb-right"):
                 with VerticalScroll(id="pb-detail-box", classes="panel"):
-                    yield Static(id="pb-detail")
-                yield DataTable(id="pb-rows", classes="panel", cursor_type="row")
-        yield Footer()
+                    yield PlainStatic(id="pb-detail")
+                yield PlainTable(id="pb-rows", classes="panel", cursor_type="row")
+        yield from self.bottom()
 
     def on_mount(self) -> None:
-        tree = self.query_one("#pb-tree", Tree)
+        tree = self.query_one("#pb-tree", PlainTree)
         tree.show_root = False
         tree.border_title = "Playbook"
         self.query_one("#pb-detail-box").border_title = "Selected"
-        rows = self.query_one("#pb-rows", DataTable)
+        rows = self.query_one("#pb-rows", PlainTable)
         rows.border_title = "Evidence (enter: open raw line)"
         rows.add_columns("time", "host", "GPU", "str.", "kind", "line")
         self._load_journal()
@@ -107,18 +106,33 @@ class PlaybookScreen(CockpitScreen):
         tree.focus()
 
     # -- data --------------------------------------------------------------------------------------
+    @guarded("journal not read")
     def _load_journal(self) -> None:
+        """The journal as the screen opens, before the tree is built from it."""
+        with self.store.read() as bundle:
+            self.state = journal.state(bundle)
+        self._state_version = self.cockpit.journal_version
+
+    @work(thread=True, exclusive=True, group="journal-read")
+    def _reload_journal(self, version: int) -> None:
+        """The journal again after a write or on coming back, in the background: while an ingest
+        holds the bundle the read waits, and the cursor must not."""
         try:
             with self.store.read() as bundle:
-                self.state = journal.state(bundle)
-        except GpuwbError as exc:  # busy for longer than the retry: keep what we have, say so
-            self.notify(f"journal not reloaded: {exc}", severity="warning")
+                state = journal.state(bundle)
+        except STORAGE_ERRORS as exc:  # busy for longer than the retry: keep what we have, say so
+            self.cockpit.from_thread(self.notify, f"journal not reloaded: {one_line(exc)}", severity="warning")
             return
-        self._state_version = self.cockpit.journal_version
+        self.cockpit.from_thread(self._journal_loaded, state, version)
+
+    def _journal_loaded(self, state: journal.JournalState, version: int) -> None:
+        self.state, self._state_version = state, version
+        self._repaint_journal()
 
     def analysis_changed(self, analysis: Analysis | None) -> None:
         if analysis is None:
-            self.query_one("#pb-head", Static).update(Text("analysing… the playbook appears when it is done", "italic"))
+            self.query_one("#pb-head", PlainStatic).update(Text("analysing… the playbook appears when it is done",
+                                                                "italic"))
             return
         if analysis is not self._built_for:
             self._built_for = analysis
@@ -127,7 +141,11 @@ class PlaybookScreen(CockpitScreen):
 
     def journal_changed(self) -> None:
         if self._state_version != self.cockpit.journal_version:
-            self._load_journal()
+            self._reload_journal(self.cockpit.journal_version)
+        else:
+            self._repaint_journal()
+
+    def _repaint_journal(self) -> None:
         if self.analysis is None:
             return
         self._relabel(self.analysis)
@@ -142,7 +160,7 @@ class PlaybookScreen(CockpitScreen):
 
     # -- the tree ----------------------------------------------------------------------------------
     def _build_tree(self, analysis: Analysis) -> None:
-        tree = self.query_one("#pb-tree", Tree)
+        tree = self.query_one("#pb-tree", PlainTree)
         tree.clear()
         tree.root.label = Text(analysis.playbook_title or "playbook")
         self.nodes = {}
@@ -233,7 +251,7 @@ class PlaybookScreen(CockpitScreen):
         while parent is not None:
             parent.expand()
             parent = parent.parent
-        tree = self.query_one("#pb-tree", Tree)
+        tree = self.query_one("#pb-tree", PlainTree)
         self.call_after_refresh(tree.move_cursor, node)
         self.current = node.data
         self._show(node.data)
@@ -243,16 +261,16 @@ class PlaybookScreen(CockpitScreen):
         if node is not None:
             node.expand()
             self._move_to(node)
-            self.query_one("#pb-tree", Tree).focus()
+            self.query_one("#pb-tree", PlainTree).focus()
 
-    def on_tree_node_highlighted(self, event: Tree.NodeHighlighted) -> None:
+    def on_tree_node_highlighted(self, event: PlainTree.NodeHighlighted) -> None:
         if event.node.data is not None and event.node.data != self.current:
             self.current = event.node.data
             self._show(self.current)
 
-    def on_tree_node_selected(self, event: Tree.NodeSelected) -> None:
+    def on_tree_node_selected(self, event: PlainTree.NodeSelected) -> None:
         if event.node.data is not None and event.node.data.kind in ("check", "step") and self.rows:
-            self.query_one("#pb-rows", DataTable).focus()
+            self.query_one("#pb-rows", PlainTable).focus()
 
     # -- the right side ----------------------------------------------------------------------------
     def _show(self, ref: Node | None) -> None:
@@ -264,7 +282,7 @@ class PlaybookScreen(CockpitScreen):
             "layer": self._layer_detail, "check": self._check_detail, "step": self._step_detail,
             "root": self._root_detail, "action": self._action_detail, "note": self._note_detail}
         paint = painter.get(ref.kind, self._section_detail)
-        self.query_one("#pb-detail", Static).update(paint(analysis, ref))
+        self.query_one("#pb-detail", PlainStatic).update(paint(analysis, ref))
         if ref.kind == "check":
             cached = self._row_cache.get((analysis.workload, ref.key))
             if cached is not None:
@@ -286,9 +304,9 @@ class PlaybookScreen(CockpitScreen):
             with self.store.read() as bundle:
                 result = check_rows(bundle, workload, check_id)
         except Exception as exc:  # a background failure is told in one line, never a crashed cockpit
-            self.app.call_from_thread(self.notify, f"evidence of {check_id}: {exc}", severity="error")
+            self.cockpit.from_thread(self.notify, f"evidence of {check_id}: {one_line(exc)}", severity="error")
             return
-        self.app.call_from_thread(self._rows_loaded, workload, result)
+        self.cockpit.from_thread(self._rows_loaded, workload, result)
 
     def _rows_loaded(self, workload: str, result: CheckRows) -> None:
         self._row_cache[(workload, result.check)] = result
@@ -296,16 +314,16 @@ class PlaybookScreen(CockpitScreen):
             self._fill_rows(result.rows, result.total)
 
     def _fill_rows(self, rows: list[dict[str, Any]], total: int | None) -> None:
-        table = self.query_one("#pb-rows", DataTable)
+        table = self.query_one("#pb-rows", PlainTable)
         table.clear()
         self.rows = rows
         for n, row in enumerate(rows):
             strength = row.get("strength")
-            table.add_row(short_time(row.get("ts"), seconds=True), row.get("host") or "-", row.get("gpu") or "-",
-                          f"{strength:.2f}" if isinstance(strength, float) else "",
-                          row.get("kind") or "", clip(row.get("text"), 200), key=str(n))
+            table.add_row(short_time(row.get("ts"), seconds=True), plain(row.get("host") or "-"),
+                          plain(row.get("gpu") or "-"), f"{strength:.2f}" if isinstance(strength, float) else "",
+                          plain(row.get("kind") or ""), plain(row.get("text"), 200), key=str(n))
         shown = f"{len(rows)} of {total}" if total is not None and total > len(rows) else str(len(rows))
-        table.border_title = f"Evidence: {shown} row(s) (enter: open raw line)" if rows else "Evidence: none"
+        table.border_title = plain(f"Evidence: {shown} row(s) (enter: open raw line)" if rows else "Evidence: none")
 
     def _layer_detail(self, analysis: Analysis, ref: Node) -> Text:
         layer = ref.key
@@ -413,7 +431,7 @@ class PlaybookScreen(CockpitScreen):
                              f" · {reviewed}/{total} checks reviewed")
         if times:
             line.append(" · " + " · ".join(times), "dim")
-        self.query_one("#pb-head", Static).update(line)
+        self.query_one("#pb-head", PlainStatic).update(line)
 
     # -- keys --------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -425,7 +443,7 @@ class PlaybookScreen(CockpitScreen):
             return kind == "action"
         return True
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_data_table_row_selected(self, event: PlainTable.RowSelected) -> None:
         if event.data_table.id != "pb-rows" or event.row_key.value is None:
             return
         row = self.rows[int(event.row_key.value)]
@@ -438,10 +456,11 @@ class PlaybookScreen(CockpitScreen):
         analysis, ref = self.analysis, self.current
         if analysis is None or ref is None:
             return
+        author = self.store.author
         if ref.kind == "check":
             check = next(c for c in analysis.checks if c.id == ref.key)
             self._write(f"{check.title}: {check.verdict.replace('_', ' ')} confirmed",
-                        lambda b: journal.set_check_verdict(b, self.store.author, check.id, check.verdict))
+                        lambda b, at: journal.set_check_verdict(b, author, check.id, check.verdict, at=at))
             return
         if ref.kind != "layer":
             return
@@ -450,8 +469,9 @@ class PlaybookScreen(CockpitScreen):
         if why:
             self._ask_verdict(ref.key, engine, engine, {"clear": why})
             return
-        self._write(f"{LAYER_TITLES[ref.key]}: {engine.replace('_', ' ')} confirmed",
-                    lambda b: journal.set_verdict(b, self.store.author, ref.key, engine))
+        layer = ref.key
+        self._write(f"{LAYER_TITLES[layer]}: {engine.replace('_', ' ')} confirmed",
+                    lambda b, at: journal.set_verdict(b, author, layer, engine, at=at))
 
     def action_override(self) -> None:
         analysis, ref = self.analysis, self.current
@@ -461,14 +481,14 @@ class PlaybookScreen(CockpitScreen):
             check = next(c for c in analysis.checks if c.id == ref.key)
             mine = self.state.check_verdicts.get(check.id)
             current = mine.body.get("verdict") if mine else check.verdict
+            author = self.store.author
 
-            def done(choice: VerdictChoice | None) -> None:
-                if choice is not None:
-                    self._write(f"{check.title}: {choice.verdict.replace('_', ' ')}",
-                                lambda b: journal.set_check_verdict(b, self.store.author, check.id, choice.verdict,
-                                                                    choice.reason))
+            def done(choice: VerdictChoice, reopen: Callable[[str], None]) -> None:
+                self._write(f"{check.title}: {choice.verdict.replace('_', ' ')}",
+                            lambda b, at: journal.set_check_verdict(b, author, check.id, choice.verdict, choice.reason,
+                                                                    at=at), reopen)
 
-            self.app.push_screen(VerdictDialog(f"check: {check.title}", check.verdict, current=current), done)
+            self.ask(lambda: VerdictDialog(f"check: {check.title}", check.verdict, current=current), done)
         elif ref.kind == "layer":
             engine = analysis.layer_verdicts.get(ref.key, "no_evidence")
             mine = self.state.verdicts.get(ref.key)
@@ -477,98 +497,105 @@ class PlaybookScreen(CockpitScreen):
                               {"clear": why} if why else {})
 
     def _ask_verdict(self, layer: str, engine: str, current: str, explain: dict[str, str]) -> None:
-        def done(choice: VerdictChoice | None) -> None:
-            if choice is not None:
-                self._write(f"{LAYER_TITLES[layer]}: {choice.verdict.replace('_', ' ')}",
-                            lambda b: journal.set_verdict(b, self.store.author, layer, choice.verdict, choice.reason))
+        author = self.store.author
 
-        self.app.push_screen(VerdictDialog(f"layer {LAYER_TITLES[layer]}", engine, current=current, explain=explain),
-                             done)
+        def done(choice: VerdictChoice, reopen: Callable[[str], None]) -> None:
+            self._write(f"{LAYER_TITLES[layer]}: {choice.verdict.replace('_', ' ')}",
+                        lambda b, at: journal.set_verdict(b, author, layer, choice.verdict, choice.reason, at=at),
+                        reopen)
+
+        self.ask(lambda: VerdictDialog(f"layer {LAYER_TITLES[layer]}", engine, current=current, explain=explain),
+                 done)
 
     def action_note(self) -> None:
         pinned, ts = None, None
-        table = self.query_one("#pb-rows", DataTable)
+        table = self.query_one("#pb-rows", PlainTable)
         if self.focused is table and self.rows and 0 <= table.cursor_row < len(self.rows):
             row = self.rows[table.cursor_row]
             ts = row.get("ts")
             where = f" line {row['line']}" if row.get("line") else ""
             pinned = (f"{short_time(ts, seconds=True)} {row.get('host') or '-'}{where}: "
                       f"{clip(row.get('text'), 80)}")
+        author = self.store.author
 
-        def done(text: str | None) -> None:
-            if text:
-                self._write("note added", lambda b: journal.add_note(b, self.store.author, text, ts=ts))
+        def done(text: str, reopen: Callable[[str], None]) -> None:
+            self._write("note added", lambda b, at: journal.add_note(b, author, text, ts=ts, at=at), reopen,
+                        what=f"note {text!r}")
 
-        self.app.push_screen(NoteDialog(pinned=pinned), done)
+        self.ask(lambda: NoteDialog(pinned=pinned), done)
 
     def action_root_cause(self) -> None:
         marked, top = self.state.root_cause, self.cockpit.top()
         if marked is not None:
             body = marked.body
-            dialog = RootCauseDialog(body.get("cause", ""), host=body.get("host"), gpu=body.get("gpu"),
-                                     text=body.get("text") or "")
+            initial = (body.get("cause", ""), body.get("host"), body.get("gpu"), body.get("text") or "")
         elif top is not None:
-            dialog = RootCauseDialog(top.cause, host=top.host, gpu=top.gpu, text=top.summary)
+            initial = (top.cause, top.host, top.gpu, top.summary)
         else:
-            dialog = RootCauseDialog()
+            initial = ("", None, None, "")
+        author = self.store.author
 
-        def done(choice: RootCauseChoice | None) -> None:
-            if choice is not None:
-                self._write(f"root cause: {choice.cause}",
-                            lambda b: journal.mark_root_cause(b, self.store.author, choice.cause, host=choice.host,
-                                                              gpu=choice.gpu, text=choice.text))
+        def done(choice: RootCauseChoice, reopen: Callable[[str], None]) -> None:
+            self._write(f"root cause: {choice.cause}",
+                        lambda b, at: journal.mark_root_cause(b, author, choice.cause, host=choice.host, gpu=choice.gpu,
+                                                              text=choice.text, at=at), reopen)
 
-        self.app.push_screen(dialog, done)
+        self.ask(lambda: RootCauseDialog(initial[0], host=initial[1], gpu=initial[2], text=initial[3]), done)
 
     def action_add_action(self) -> None:
-        def done(values: dict[str, Any] | None) -> None:
-            if values:
-                self._write(f"action item added: {values['title']}",
-                            lambda b: journal.add_action_item(b, self.store.author, values["title"],
-                                                              owner=values.get("owner"), priority=values["priority"],
-                                                              due=values.get("due")))
+        author = self.store.author
 
-        self.app.push_screen(ActionItemDialog(), done)
+        def done(values: dict[str, Any], reopen: Callable[[str], None]) -> None:
+            self._write(f"action item added: {values['title']}",
+                        lambda b, at: journal.add_action_item(b, author, values["title"], owner=values.get("owner"),
+                                                              priority=values["priority"], due=values.get("due"),
+                                                              at=at), reopen)
+
+        self.ask(ActionItemDialog, done)
 
     def action_edit_action(self) -> None:
         ref = self.current
         item = next((a for a in self.state.actions if ref is not None and a.id == ref.key), None)
         if item is None:
             return
+        author = self.store.author
 
-        def done(changes: dict[str, Any] | None) -> None:
+        def done(changes: dict[str, Any], reopen: Callable[[str], None]) -> None:
             if changes:
                 self._write(f"{item.id} updated: {', '.join(changes)}",
-                            lambda b: journal.update_action_item(b, self.store.author, item.id, **changes))
+                            lambda b, at: journal.update_action_item(b, author, item.id, at=at, **changes), reopen)
 
-        self.app.push_screen(ActionItemDialog(item), done)
+        self.ask(lambda: ActionItemDialog(item), done)
 
     def action_times(self) -> None:
         current = {which: journal.parse_ts(e.body.get("ts")) for which, e in self.state.times.items()}
+        author = self.store.author
 
-        def done(changed: dict[str, datetime] | None) -> None:
+        def done(changed: dict[str, datetime], reopen: Callable[[str], None]) -> None:
             if changed:
-                def write(b: Bundle) -> None:
+                def write(b: Bundle, at: datetime) -> None:
                     for which, ts in changed.items():
-                        journal.set_time(b, self.store.author, which, ts)
+                        journal.set_time(b, author, which, ts, at=at)
 
-                self._write(f"times set: {', '.join(changed)}", write)
+                self._write(f"times set: {', '.join(changed)}", write, reopen)
 
-        self.app.push_screen(TimesDialog(current), done)
+        self.ask(lambda: TimesDialog(current), done)
 
     def action_fields(self) -> None:
         fields = self.state.fields
+        severity = fields["severity"].body.get("value") if "severity" in fields else None
+        status = fields["status"].body.get("value") if "status" in fields else None
+        author = self.store.author
 
-        def done(changed: dict[str, str] | None) -> None:
+        def done(changed: dict[str, str], reopen: Callable[[str], None]) -> None:
             if changed:
-                def write(b: Bundle) -> None:
+                def write(b: Bundle, at: datetime) -> None:
                     for name, value in changed.items():
-                        journal.set_field(b, self.store.author, name, value)
+                        journal.set_field(b, author, name, value, at=at)
 
-                self._write(" · ".join(f"{k} {v}" for k, v in changed.items()), write)
+                self._write(" · ".join(f"{k} {v}" for k, v in changed.items()), write, reopen)
 
-        self.app.push_screen(FieldDialog(fields["severity"].body.get("value") if "severity" in fields else None,
-                                         fields["status"].body.get("value") if "status" in fields else None), done)
+        self.ask(lambda: FieldDialog(severity, status), done)
 
     def action_switch_workload(self) -> None:
         analysis = self.analysis
@@ -580,18 +607,11 @@ class PlaybookScreen(CockpitScreen):
         self.cockpit.run_analysis(workload)
         self.notify(f"walking the {workload} playbook (re-analysing)…")
 
-    def _write(self, done: str, write: Callable[[Bundle], object]) -> None:
-        """One journal entry over a short writable connection, then every screen hears of it."""
-        try:
-            with self.store.write() as bundle:
-                write(bundle)
-                self.state = journal.state(bundle)  # read back on the same connection
-        except GpuwbError as exc:
-            self.notify(f"not saved: {exc}", severity="error")
-            return
-        self._state_version = self.cockpit.journal_version + 1
-        self.cockpit.journal_written()
-        self.notify(f"{done} (by {self.store.author})")
+    def _write(self, done: str, write: Callable[[Bundle, datetime], object],
+               reopen: Callable[[str], None] | None = None, *, what: str | None = None) -> None:
+        """One journal entry, queued (:meth:`workbench.tui.app.Cockpit.save`): it lands in the
+        writer's thread as soon as the bundle is free, then every screen hears of it."""
+        self.cockpit.save(what or done, write, done=done, reopen=reopen)
 
 
 def _mark(verdict: str, *, word: bool) -> Text:

@@ -16,13 +16,14 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import Footer, Markdown, Static
+from textual.widgets import Markdown
 
 from workbench import report
 from workbench.commands.report import check_output, write_atomically
 from workbench.errors import GpuwbError
 from workbench.table import printable
-from workbench.tui.screens.base import CockpitScreen, Spec
+from workbench.tui.screens.base import CockpitScreen, Spec, one_line
+from workbench.tui.widgets import PlainStatic
 
 SUFFIX = {"md": "md", "html": "html"}
 
@@ -47,10 +48,10 @@ class ReportScreen(CockpitScreen):
         self.written: list[Path] = []
 
     def compose(self) -> ComposeResult:
-        yield Static(id="rp-head")
+        yield PlainStatic(id="rp-head")
         with VerticalScroll(id="rp-scroll"):
             yield Markdown(id="rp-md")
-        yield Footer()
+        yield from self.bottom()
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -59,7 +60,7 @@ class ReportScreen(CockpitScreen):
         self.query_one("#rp-scroll").focus()
 
     def _on_model(self, model: dict[str, Any] | None) -> None:
-        head = self.query_one("#rp-head", Static)
+        head = self.query_one("#rp-head", PlainStatic)
         if model is None:
             error = self.cockpit.analysis_error
             head.update(Text(f"analysis failed: {error}; m/h still write the postmortem, without the engine's "
@@ -101,12 +102,13 @@ class ReportScreen(CockpitScreen):
             text = printable(report.render(model, fmt))
             replaced = write_atomically(path, text)
         except (GpuwbError, OSError) as exc:
-            self.app.call_from_thread(self.notify, f"export failed: {exc}", severity="error")
+            self.cockpit.from_thread(self.notify, f"export failed: {one_line(exc)}", severity="error")
             return
-        except Exception as exc:  # a bug in the renderer: one line here, never a crashed cockpit
-            self.app.call_from_thread(self.notify, f"export failed: {type(exc).__name__}: {exc}", severity="error")
+        except Exception as exc:  # a bug in the renderer, or DuckDB's refusal: one line here, never a crashed cockpit
+            self.cockpit.from_thread(self.notify, f"export failed: {type(exc).__name__}: {one_line(exc)}",
+                                     severity="error")
             return
-        self.app.call_from_thread(self._exported, path, len(text.encode()), replaced)
+        self.cockpit.from_thread(self._exported, path, len(text.encode()), replaced)
 
     def _exported(self, path: Path, size: int, replaced: bool) -> None:
         self.written.append(path)

@@ -9,20 +9,22 @@ facet, the rest is searched in the message.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import Input
 
 from workbench import query
 from workbench.errors import InputError
 from workbench.findings import Analysis
 from workbench.query import Cursor, EventFilter
 from workbench.timeline_filter import describe, parse_filter
-from workbench.tui.screens.base import CockpitScreen, Spec
-from workbench.tui.text import clip, severity_style
+from workbench.tui.screens.base import CockpitScreen, Spec, guarded
+from workbench.tui.text import clip, plain, severity_style
+from workbench.tui.widgets import PlainStatic, PlainTable
 
 WINDOW_BEFORE = 40
 WINDOW_AFTER = 100
@@ -65,15 +67,15 @@ class TimelineScreen(CockpitScreen):
         self._counted: EventFilter | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(id="filters")
+        yield PlainStatic(id="filters")
         yield Input(placeholder="host:H layer:L source:S kind:K sev:S rank:N gpu:G since:T until:T text…  "
                     "(enter applies, esc closes)", id="search", classes="-hidden")
-        yield DataTable(id="events", cursor_type="row")
-        yield Static(id="status")
-        yield Footer()
+        yield PlainTable(id="events", cursor_type="row")
+        yield PlainStatic(id="status")
+        yield from self.bottom()
 
     def on_mount(self) -> None:
-        table = self.query_one("#events", DataTable)
+        table = self.query_one("#events", PlainTable)
         self.columns = WIDE_COLUMNS if self.app.size.width >= 120 else NARROW_COLUMNS
         for key, width in self.columns:
             table.add_column(key, width=width, key=key)
@@ -85,6 +87,7 @@ class TimelineScreen(CockpitScreen):
         self._paint_filters()
 
     # -- loading --------------------------------------------------------------------------------
+    @guarded("timeline not loaded")
     def load_window(self, anchor: Cursor | None, *, at_end: bool = False, anchor_position: int | None = None) -> None:
         """Fill the table with the rows around ``anchor`` (None: the start) and put the cursor on it.
         ``anchor_position`` (the anchor's row number, known when scrolling) saves counting again."""
@@ -113,7 +116,7 @@ class TimelineScreen(CockpitScreen):
         self._fill(target)
 
     def _fill(self, target: int) -> None:
-        table = self.query_one("#events", DataTable)
+        table = self.query_one("#events", PlainTable)
         self._loading = True
         table.clear()
         self._generation += 1
@@ -126,7 +129,7 @@ class TimelineScreen(CockpitScreen):
         self._paint_filters()
         self._paint_status()
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_data_table_row_highlighted(self, event: PlainTable.RowHighlighted) -> None:
         row = event.cursor_row
         key = event.row_key.value or ""
         stale = (self._loading or not key.startswith(f"{self._generation}:")
@@ -138,11 +141,11 @@ class TimelineScreen(CockpitScreen):
         else:
             self._paint_status()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_data_table_row_selected(self, event: PlainTable.RowSelected) -> None:
         self.action_open()
 
     def selected(self) -> dict[str, Any] | None:
-        table = self.query_one("#events", DataTable)
+        table = self.query_one("#events", PlainTable)
         if not self.window_rows:
             return None
         return self.window_rows[min(max(table.cursor_row, 0), len(self.window_rows) - 1)]
@@ -150,10 +153,10 @@ class TimelineScreen(CockpitScreen):
     # -- painting ----------------------------------------------------------------------------------
     def _paint_filters(self) -> None:
         text = Text.assemble(("filter ", "bold"), describe(self.flt) or "none (/ to filter, x clears)")
-        self.query_one("#filters", Static).update(text)
+        self.query_one("#filters", PlainStatic).update(text)
 
     def _paint_status(self) -> None:
-        table = self.query_one("#events", DataTable)
+        table = self.query_one("#events", PlainTable)
         here = self.window_start + table.cursor_row + 1 if self.window_rows else 0
         row = self.selected()
         where = ""
@@ -163,7 +166,7 @@ class TimelineScreen(CockpitScreen):
                 where += f" {row['artifact'][:8]}:{row['line'] if row['line'] is not None else '-'}"
             if row["ts_approx"]:
                 where += " · time approximate (~)"
-        self.query_one("#status", Static).update(f"row {here:,} of {self.match_count:,}{where}")
+        self.query_one("#status", PlainStatic).update(plain(f"row {here:,} of {self.match_count:,}{where}"))
 
     # -- actions -------------------------------------------------------------------------------------
     def action_search(self) -> None:
@@ -190,13 +193,13 @@ class TimelineScreen(CockpitScreen):
         box = self.query_one("#search", Input)
         box.add_class("-hidden")
         self.load_window(anchor["cursor"] if anchor else None)
-        self.query_one("#events", DataTable).focus()
+        self.query_one("#events", PlainTable).focus()
 
     def on_key(self, event: Any) -> None:
         box = self.query_one("#search", Input)
         if event.key == "escape" and box.has_focus:
             box.add_class("-hidden")
-            self.query_one("#events", DataTable).focus()
+            self.query_one("#events", PlainTable).focus()
             event.stop()
 
     def action_clear(self) -> None:
@@ -211,6 +214,7 @@ class TimelineScreen(CockpitScreen):
             return
         self.cockpit.open_evidence(row["artifact"], row["line"])
 
+    @guarded("no jump")
     def _jump_error(self, backwards: bool) -> None:
         row = self.selected()
         with self.store.read() as bundle:
@@ -255,15 +259,13 @@ class TimelineScreen(CockpitScreen):
         row = self.selected()
         pinned = f"{row['ts'] or '?'} {row['host'] or '-'} {clip(row['message'], 60)}" if row else None
 
-        def write(text: str | None) -> None:
-            if not text:
-                return
-            with self.store.write() as bundle:
-                journal.add_note(bundle, self.cockpit.author, text, ts=row["ts"] if row else None)
-            self.cockpit.journal_written()
-            self.notify("note saved")
+        ts, author = (row["ts"] if row else None), self.cockpit.author
 
-        self.app.push_screen(NoteDialog(pinned), write)
+        def write(text: str, reopen: Callable[[str], None]) -> None:
+            self.cockpit.save(f"note {text!r}", lambda b, at: journal.add_note(b, author, text, ts=ts, at=at),
+                              done="note saved", reopen=reopen)
+
+        self.ask(lambda: NoteDialog(pinned), write)
 
 
 def _cells(row: dict[str, Any]) -> dict[str, Text | str]:
@@ -275,9 +277,9 @@ def _cells(row: dict[str, Any]) -> dict[str, Text | str]:
     where = row["host"] or "-"
     if row["rank"] is not None:
         where += f" r{row['rank']}"
-    return {"time": when, "host": clip(where, 16), "source": clip(row["source"] or "-", 10),
-            "layer": clip(row["layer"] or "-", 10), "kind": Text(clip(row["kind"], 18), style),
-            "message": Text(clip(row["message"], MESSAGE_WIDTH), style)}
+    return {"time": when, "host": plain(where, 16), "source": plain(row["source"] or "-", 10),
+            "layer": plain(row["layer"] or "-", 10), "kind": plain(row["kind"], 18, style),
+            "message": plain(row["message"], MESSAGE_WIDTH, style)}
 
 
 SCREEN = Spec(name="timeline", key="t", title="Timeline", order=10, factory=TimelineScreen)
