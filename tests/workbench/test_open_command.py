@@ -76,3 +76,20 @@ def test_a_signal_closes_the_cockpit_cleanly_with_its_status(demo_bundle, when, 
     assert "Traceback" not in tail and "RuntimeWarning" not in tail and "Exception" not in tail, tail[-2000:]
     assert "\x1b[?1049l" in tail  # the alternate screen left
     assert tail.rstrip().endswith(f"gpuwb: terminated by {signal.Signals(signum).name}")
+
+
+def test_the_demos_cockpit_ends_on_a_signal_as_gpuwb_open_does(tmp_path):
+    """``gpuwb demo`` opens the same cockpit: SIGTERM there is exit 143 and one line too, not exit 0."""
+    from tests.workbench.tui.conftest import Terminal
+
+    term = Terminal("demo", "--only", "training", "--out", str(tmp_path / "demo"))
+    try:
+        term.wait_for(b"Root cause, ranked")
+        before = len(term.output)
+        term.process.send_signal(signal.SIGTERM)
+        code = term.finish()
+    finally:
+        term.close()
+    tail = term.output[before:].decode("utf-8", "replace")
+    assert code == 143 and "Traceback" not in tail
+    assert tail.rstrip().endswith("gpuwb: terminated by SIGTERM")

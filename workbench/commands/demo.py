@@ -52,15 +52,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"Done in {time.monotonic() - started:.1f} s. Next: gpuwb open {out}/training/incident.duckdb, "
           f"gpuwb timeline ..., gpuwb report ... -f html, gpuwb export ... --parquet DIR")
     if opened is not None and not args.no_tui and sys.stdin.isatty() and sys.stdout.isatty():
-        _open_cockpit(opened, args.author)
+        return _open_cockpit(opened, args.author)
     return 0
 
 
-def _open_cockpit(result, author: str | None) -> None:
+def _open_cockpit(result, author: str | None) -> int:
     """The first incident built, in the cockpit, with the analysis the demo already made."""
+    from workbench.commands.open import run_cockpit
     from workbench.findings import Analysis
     from workbench.shared_bundle import SharedBundle
     from workbench.tui.app import Cockpit, default_author
 
     store = SharedBundle(result.bundle, author or default_author())
-    Cockpit(store, analysis=Analysis.from_json(result.analysis)).run()
+    return run_cockpit(Cockpit(store, analysis=Analysis.from_json(result.analysis)))

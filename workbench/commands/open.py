@@ -22,6 +22,7 @@ EX_SOFTWARE = 70
 
 if TYPE_CHECKING:
     from workbench.shared_bundle import SharedBundle
+    from workbench.tui.app import Cockpit
 
 NAME = "open"
 HELP = "open the incident cockpit (terminal UI) on a bundle or on raw evidence"
@@ -74,7 +75,12 @@ def run(args: argparse.Namespace) -> int:
             results = ingest_paths(bundle, args.paths)
         print(f"{len(results)} files ingested", flush=True)
     store = _open_store(path, args.author or default_author())
-    app = Cockpit(store, workload=args.workload, theme=args.theme, baseline=accepted)
+    return run_cockpit(Cockpit(store, workload=args.workload, theme=args.theme, baseline=accepted))
+
+
+def run_cockpit(app: Cockpit) -> int:
+    """Run the cockpit to its end; journal entries it could not save go to stderr, a stop signal it took
+    is raised again for the command line's exit status. ``gpuwb demo`` opens its cockpit through here too."""
     app.run()
     for what in app.unsaved:
         print(f"gpuwb: not saved (the bundle was busy): {printable(what)}", file=sys.stderr)
