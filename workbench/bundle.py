@@ -242,6 +242,9 @@ class Bundle:
         """their artifact rows, likewise"""
         self._pending_bytes = 0
         self._in_transaction = False
+        self._checked = False
+        """:meth:`take_over` has run on this handle, or it made the bundle: what it holds since is this process' own
+        (the write lock keeps other writers out), so there is nothing more to check"""
         self._open_marker: str | None = None
         """the "ingest open" marker to write with the first batch (see :meth:`mark_open`)"""
 
@@ -273,7 +276,9 @@ class Bundle:
                 raise BundleWriteError(f"cannot create bundle {path}: {first_line(exc)}",
                                        reason=first_line(exc)) from None
             raise
-        return cls(path, con, writable=True)
+        bundle = cls(path, con, writable=True)
+        bundle._checked = True
+        return bundle
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, write: bool = False) -> Bundle:
@@ -759,8 +764,9 @@ class Bundle:
         seal = self.last_seal()
         marker = self.open_marker()
         state = SealState(seal=seal, marker=marker)
-        if seal is None:
-            state.unsealed = [k for k in self.provenance_items() if k.startswith("artifact:")]
+        if seal is None:  # nothing sealed to compare with; what is there is an interrupted ingest's if marked
+            if marker is not None:
+                state.unsealed = [k for k in self.provenance_items() if k.startswith("artifact:")]
             return state
         if seal["digest_version"] == 1:
             if self._root_digest_v1() != seal["root_digest"]:
@@ -882,12 +888,15 @@ class Bundle:
         last seal is refused: sealing now would vouch for a change nobody here made. Artifacts an ingest that
         did not finish left unsealed (its marker is there: kill -9, a power cut, a full disk) are sealed first,
         by a seal of their own marked incomplete and naming that ingest, and ``notice`` says so in one line."""
+        if self._checked:
+            return
         state = self.seal_state()
         if state.altered:
             lines = self.changes_since_seal(state) or ["artifacts or incident metadata changed after sealing"]
             more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
             raise BundleError(f"bundle {self.path} differs from its last seal: {lines[0]}{more}; refusing to seal "
                               f"over a change this run did not make (`gpuwb verify {self.path}` names each)")
+        self._checked = True
         if state.marker is None:
             return
         if not state.unsealed:

@@ -145,7 +145,7 @@ def _storage_message(exc: Exception, args: argparse.Namespace) -> str | None:
     bundle = sys.modules.get("workbench.bundle")
     if duckdb is None or bundle is None or not isinstance(exc, duckdb.Error):
         return None
-    path = getattr(args, "bundle", None) or "the bundle"
+    path = getattr(args, "bundle", None) or getattr(args, "into", None) or getattr(args, "out", None) or "the bundle"
     line = (str(exc).splitlines() or [type(exc).__name__])[0]
     failure = bundle.storage_failure(exc)
     if failure is None and isinstance(exc, duckdb.CatalogException) and _missing_table(line):
