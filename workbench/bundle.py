@@ -963,11 +963,13 @@ class _StorageScan(threading.Thread):
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         super().__init__(name="gpuwb-verify-scan", daemon=True)
+        self.database = con.execute("SELECT current_database()").fetchall()[0][0]
         self.cursor = con.cursor()
         self.problems: list[str] = []
 
     def run(self) -> None:
         try:
+            self.cursor.execute(f"USE {_quoted(self.database)}")  # a writable bundle is attached, not the default
             columns: dict[str, list[str]] = {}
             for table, column in self.cursor.execute(
                     "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'main' "
