@@ -104,3 +104,54 @@ def test_a_bad_since_on_the_command_line_is_a_usage_error(tmp_path):
     code, out, err = run_cli("capture", "-o", tmp_path / "x.duckdb", "--since", "yesterday")
     assert code == 2 and err.startswith("gpuwb: error: not a duration or time: 'yesterday'") and "\n" == err[-1]
     assert err.count("\n") == 1
+
+
+STORAGE = [("Corrupt database file: computed checksum 1 does not match stored checksum 2 in block at location 3",
+            "is damaged: Corrupt database file"),
+           ("Catalog Error: Table with name event does not exist!", "is damaged: Catalog Error: Table with name event"),
+           ("IO Error: Could not write file \"x.duckdb.wal\": No space left on device", "could not be written")]
+
+
+@pytest.mark.parametrize(("text", "said"), STORAGE, ids=["checksum", "missing table", "full disk"])
+def test_a_storage_error_from_duckdb_is_one_line_exit_2(monkeypatch, tmp_path, text, said):
+    import duckdb
+
+    kind = {"C": duckdb.Error, "Ca": duckdb.CatalogException, "I": duckdb.IOException}[
+        "Ca" if text.startswith("Catalog") else text[0]]
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr(workbench.commands.verify, "run", _raising(kind(text)))
+    code, out, err = run_cli("verify", tmp_path / "x.duckdb")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("gpuwb: error: ") and said in err and "internal error" not in err
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_catalog_error_about_no_bundle_table_is_still_a_bug(monkeypatch, tmp_path):
+    import duckdb
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr(workbench.commands.verify, "run",
+                        _raising(duckdb.CatalogException("Catalog Error: Table with name evnt does not exist!")))
+    code, _, err = run_cli("verify", tmp_path / "x.duckdb")
+    assert code == EX_SOFTWARE and "internal error" in err
+
+
+def test_a_signal_duckdb_turned_into_query_interrupted_ends_the_command_as_that_signal(monkeypatch, tmp_path):
+    """DuckDB runs the signal handler while it executes a statement, swallows the handler's exception and raises
+    RuntimeError('Query interrupted'): the command still ends as SIGTERM ends it, not as a bug."""
+    import os
+    import signal
+    import threading
+
+    import duckdb
+
+    def run(args):
+        con = duckdb.connect()
+        threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGTERM)).start()  # arrives while DuckDB runs
+        con.execute("SELECT sum(hash(i)) FROM range(300000000) t(i)").fetchall()
+        return 0
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr(workbench.commands.verify, "run", run)
+    code, _, err = run_cli("verify", tmp_path / "x.duckdb")
+    assert (code, err) == (143, "gpuwb: terminated by SIGTERM\n")

@@ -7,12 +7,16 @@ open for writing gets a one-line ``BundleBusy`` message instead of a lock traceb
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
+import socket
+import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -22,7 +26,7 @@ import zstandard
 
 from collectors.base import Row, Skipped
 from workbench import schema
-from workbench.errors import GpuwbError
+from workbench.errors import GpuwbError, signals_deferred
 from workbench.row_columns import TABLE_OF, Columns, columns_of, utc_naive
 
 CHUNK_BYTES = 32 << 10
@@ -63,12 +67,67 @@ VERIFY_GROUP_BYTES = 64 << 20
 two per artifact: a 1,000-node merge holds thousands of small files."""
 
 
+DIGEST_VERSION = 3
+"""How ``seal`` computes the root digest. 1: each artifact's sha256, size, collector, kind, host and source,
+the aliases without captured_at, three metadata keys. 2: also captured_at and info, whole alias rows, the
+capture log and the capture metadata, with one digest per item kept in the seal row. 3: items per alias row,
+per capture's coverage rows of a collector, per metadata key and per merged bundle, and the digest of the
+seal before: a chain that a later seal cannot rewrite without the link showing."""
+
+SEALED_META = ("incident_id", "title", "created_at", "captured_on", "capture_started", "since", "complete",
+               "merged_from")
+"""Metadata keys that say where the evidence came from; ``schema_version`` changes with every migration."""
+
+
 class BundleError(GpuwbError):
     """A problem with a bundle file that the user can act on; printed as one line."""
 
 
 class BundleBusy(BundleError):
     """Another process has the bundle open for writing."""
+
+
+class BundleDamaged(BundleError):
+    """The bundle's storage cannot be read as a bundle (a flipped byte, a missing table, a nonsense schema
+    version): told in one line that sends the user to ``gpuwb verify``, never as an internal error."""
+
+    def __init__(self, path: Path | str, detail: str) -> None:
+        super().__init__(f"bundle {path} is damaged: {detail}; `gpuwb verify {path}` tells what is still intact")
+
+
+class BundleWriteError(BundleError):
+    """The bundle could not be written (a full disk, a file system gone read-only): what was committed before
+    is kept, and the message says where. ``reason``: what the file system said."""
+
+    def __init__(self, message: str, *, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message
+
+
+def storage_failure(exc: BaseException) -> str | None:
+    """``'write'`` when a DuckDB error means the file could not be written, ``'damaged'`` when its stored bytes
+    cannot be read back (a block whose checksum fails, a database DuckDB invalidated), else None (a bug)."""
+    if not isinstance(exc, duckdb.Error):
+        return None
+    text = str(exc)
+    lowered = text.lower()
+    if isinstance(exc, (duckdb.IOException, duckdb.TransactionException, duckdb.FatalException)) and any(
+            word in lowered for word in _WRITE_WORDS):
+        return "write"
+    if any(word in lowered for word in _DAMAGE_WORDS) or isinstance(
+            exc, (duckdb.InternalException, duckdb.FatalException, duckdb.SerializationException)):
+        return "damaged"
+    return None
+
+
+_WRITE_WORDS = ("could not write", "no space left", "disk quota", "read-only file system", "failed to commit",
+                "checkpoint failed", "could not truncate", "could not fsync", "could not create")
+_DAMAGE_WORDS = ("corrupt", "checksum", "could not read", "invalidated", "failed to deserialize",
+                 "not enough data")
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def now_utc() -> datetime:
@@ -90,9 +149,58 @@ def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
                              "try again when it finishes") from None
         if "not a valid DuckDB database file" in text:
             raise BundleError(f"{path} is not a gpuwb bundle (not a DuckDB database file)") from None
-        raise BundleError(f"cannot open bundle {path}: {text.splitlines()[0]}") from None
+        failure = storage_failure(exc)
+        if failure == "write":
+            raise BundleWriteError(f"cannot open bundle {path} for writing: {first_line(exc)}",
+                                   reason=first_line(exc)) from None
+        if failure == "damaged":
+            raise BundleDamaged(path, first_line(exc)) from None
+        raise BundleError(f"cannot open bundle {path}: {first_line(exc)}") from None
     except duckdb.Error as exc:
-        raise BundleError(f"{path} is not a gpuwb bundle: {str(exc).splitlines()[0]}") from None
+        if storage_failure(exc) == "damaged":
+            raise BundleDamaged(path, first_line(exc)) from None
+        raise BundleError(f"{path} is not a gpuwb bundle: {first_line(exc)}") from None
+
+
+def _checked_version(path: Path, con: duckdb.DuckDBPyConnection) -> int:
+    """The bundle's schema version once it is known to be one this gpuwb can open, with every table there."""
+    try:
+        version = schema.current_version(con)
+    except ValueError:
+        raise BundleError(f"{path} is not a gpuwb bundle (its schema_version is not a number)") from None
+    except duckdb.CatalogException as exc:
+        raise BundleError(f"{path} is not a gpuwb bundle: {first_line(exc)}") from None
+    if version == 0:
+        raise BundleError(f"{path} is not a gpuwb bundle (no meta table)")
+    if version < 0:
+        raise BundleDamaged(path, f"its schema_version is {version} (a bundle's is 1 to {schema.SCHEMA_VERSION})")
+    if version > schema.SCHEMA_VERSION:
+        raise BundleError(f"{path} was written by a newer gpuwb (bundle schema {version}, this gpuwb reads up "
+                          f"to {schema.SCHEMA_VERSION}); upgrade gpuwb to open it")
+    missing = schema.missing_tables(con, version)
+    if missing:
+        raise BundleDamaged(path, f"{'table' if len(missing) == 1 else 'tables'} {', '.join(missing)} "
+                            f"{'is' if len(missing) == 1 else 'are'} missing")
+    return version
+
+
+def _checkpoint(path: Path, con: duckdb.DuckDBPyConnection) -> None:
+    """Write every commit into the bundle file itself; a failure is a one-line error saying what is kept."""
+    try:
+        con.execute("CHECKPOINT")
+    except duckdb.Error as exc:
+        if storage_failure(exc) is None:
+            raise
+        raise BundleWriteError(
+            f"bundle {path} could not be written ({first_line(exc)}): what it held before is kept, and what was "
+            f"committed since is only in {path}.wal; keep that file beside the bundle (the next gpuwb command "
+            f"replays it) and free space before writing to it again", reason=first_line(exc)) from None
+
+
+def remove_files(path: Path) -> None:
+    """A bundle and its write-ahead log, gone (one this run created and could not finish)."""
+    path.unlink(missing_ok=True)
+    Path(f"{path}.wal").unlink(missing_ok=True)
 
 
 def _connect_writable(path: Path) -> duckdb.DuckDBPyConnection:
@@ -109,6 +217,10 @@ def _connect_writable(path: Path) -> duckdb.DuckDBPyConnection:
         con.close()
         raise
     return con
+
+
+OPEN_MARKER = "ingest_open"
+"""meta key an ingest writes with its first commit and clears with its seal (see :meth:`Bundle.mark_open`)."""
 
 
 class Bundle:
@@ -129,6 +241,12 @@ class Bundle:
         self._pending_artifacts: list[Any] = []
         """their artifact rows, likewise"""
         self._pending_bytes = 0
+        self._in_transaction = False
+        self._checked = False
+        """:meth:`take_over` has run on this handle, or it made the bundle: what it holds since is this process' own
+        (the write lock keeps other writers out), so there is nothing more to check"""
+        self._open_marker: str | None = None
+        """the "ingest open" marker to write with the first batch (see :meth:`mark_open`)"""
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -139,14 +257,27 @@ class Bundle:
             raise BundleError(f"{path} already exists")
         if not path.parent.is_dir():
             raise BundleError(f"cannot create bundle {path}: folder {path.parent} does not exist")
-        con = _connect(path, read_only=False)
-        schema.migrate(con)
+        try:
+            con = _connect(path, read_only=False)
+        except BundleWriteError:
+            remove_files(path)
+            raise
+        try:
+            schema.migrate(con)
+            values = {"incident_id": incident_id or uuid.uuid4().hex[:12], "title": title,
+                      "created_at": now_utc().isoformat(timespec="seconds"), "tool": "gpuwb " + _version()}
+            values.update(meta or {})
+            for key, value in values.items():
+                con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
+        except duckdb.Error as exc:  # a full disk: no half-made bundle is left behind
+            con.close()
+            remove_files(path)
+            if storage_failure(exc) == "write":
+                raise BundleWriteError(f"cannot create bundle {path}: {first_line(exc)}",
+                                       reason=first_line(exc)) from None
+            raise
         bundle = cls(path, con, writable=True)
-        values = {"incident_id": incident_id or uuid.uuid4().hex[:12], "title": title,
-                  "created_at": now_utc().isoformat(timespec="seconds"), "tool": "gpuwb " + _version()}
-        values.update(meta or {})
-        for key, value in values.items():
-            con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
+        bundle._checked = True
         return bundle
 
     @classmethod
@@ -156,29 +287,25 @@ class Bundle:
             raise BundleError(f"no such bundle: {path}")
         con = _connect(path, read_only=not write)
         try:
-            version = schema.current_version(con)
+            version = _checked_version(path, con)
+            if version < schema.SCHEMA_VERSION:
+                if not write:
+                    con.close()
+                    con = _connect(path, read_only=False)
+                    schema.migrate(con)
+                    _checkpoint(path, con)
+                    con.close()
+                    con = _connect(path, read_only=True)
+                else:
+                    schema.migrate(con)
         except duckdb.Error as exc:
             con.close()
-            raise BundleError(f"{path} is not a gpuwb bundle: {str(exc).splitlines()[0]}") from None
-        except ValueError:
+            if storage_failure(exc) == "damaged":
+                raise BundleDamaged(path, first_line(exc)) from None
+            raise
+        except BaseException:
             con.close()
-            raise BundleError(f"{path} is not a gpuwb bundle (its schema_version is not a number)") from None
-        if version == 0:
-            con.close()
-            raise BundleError(f"{path} is not a gpuwb bundle (no meta table)")
-        if version > schema.SCHEMA_VERSION:
-            con.close()
-            raise BundleError(f"{path} was written by a newer gpuwb (bundle schema {version}, this gpuwb reads up "
-                              f"to {schema.SCHEMA_VERSION}); upgrade gpuwb to open it")
-        if version < schema.SCHEMA_VERSION:
-            if not write:
-                con.close()
-                con = _connect(path, read_only=False)
-                schema.migrate(con)
-                con.close()
-                con = _connect(path, read_only=True)
-            else:
-                schema.migrate(con)
+            raise
         return cls(path, con, writable=write)
 
     @classmethod
@@ -188,13 +315,51 @@ class Bundle:
         return cls.create(path, **kwargs)
 
     def close(self) -> None:
-        self.con.close()
+        """Release the file. A writable bundle is checkpointed first, and a checkpoint that fails (a full disk)
+        is an error, not a silent close: DuckDB would leave the last commits in ``BUNDLE.wal`` alone, so a copy
+        of the bundle file would lack them and still verify. What was committed stays in the ``.wal`` file,
+        which the next open replays."""
+        if self.con is None:
+            return
+        con, self.con = self.con, None  # type: ignore[assignment]
+        try:
+            if self.writable:
+                self._drop_pending()
+                if self._in_batch:
+                    with contextlib.suppress(duckdb.Error):
+                        con.execute("ROLLBACK")
+                with signals_deferred():  # what was committed goes into the file whole, whatever signal comes
+                    _checkpoint(self.path, con)
+        finally:
+            con.close()
 
     def __enter__(self) -> Bundle:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if isinstance(exc, BundleWriteError):  # already told; the checkpoint would fail the same way
+            with contextlib.suppress(BundleError):
+                self.close()
+            return
         self.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One transaction around the block, rolled back when it raises; inside another one, part of that."""
+        if self._in_transaction:
+            yield
+            return
+        self._in_transaction = True  # before BEGIN: an interrupt between the two still rolls back
+        try:
+            self.con.execute("BEGIN")
+            yield
+            self.con.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(duckdb.Error):  # none open when BEGIN or COMMIT itself failed
+                self.con.execute("ROLLBACK")
+            raise
+        finally:
+            self._in_transaction = False
 
     # -- metadata --------------------------------------------------------------------------
     def meta(self) -> dict[str, str]:
@@ -319,11 +484,37 @@ class Bundle:
     def begin_batch(self) -> None:
         """Group many artifacts and their rows into one transaction: one commit (and fsync) for a
         folder of small files instead of one per file, and an interrupted ingest loses only the
-        uncommitted group, never half an artifact."""
+        uncommitted group, never half an artifact. The first batch after :meth:`mark_open` carries the marker."""
         if not self._in_batch:
+            self._in_batch = True  # before BEGIN: an interrupt between the two still rolls back
             self.con.execute("BEGIN")
-            self._in_batch = True
             self._next_artifact_id = self._artifact_ids = None
+            if self._open_marker is not None:
+                self.con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [OPEN_MARKER, self._open_marker])
+                self._open_marker = None
+
+    def mark_open(self) -> None:
+        """Say, with the first artifacts this run commits, that an ingest is under way: if it never seals (kill
+        -9, a power cut, a full disk), verify and the next ingest can tell its unsealed artifacts from ones
+        slipped in after sealing. :meth:`seal` clears the marker; so does :meth:`clear_open_marker`."""
+        self._open_marker = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                        "started_at": now_utc().isoformat(timespec="seconds")})
+
+    def clear_open_marker(self) -> None:
+        """The run is over without a seal of its own (it stored nothing new)."""
+        self._open_marker = None
+        self.con.execute("DELETE FROM meta WHERE key = ?", [OPEN_MARKER])
+
+    def open_marker(self) -> dict[str, Any] | None:
+        """The marker an ingest that did not finish left behind: pid, host, started_at."""
+        rows = self.con.execute("SELECT value FROM meta WHERE key = ?", [OPEN_MARKER]).fetchall()
+        if not rows:
+            return None
+        try:
+            marker = json.loads(rows[0][0])
+        except ValueError:
+            marker = None
+        return marker if isinstance(marker, dict) else {"pid": "?", "started_at": "?"}
 
     def commit_batch(self) -> None:
         if self._in_batch:
@@ -336,7 +527,8 @@ class Bundle:
         """Undo the open group (an interrupted ingest): its artifacts and rows go, earlier groups stay."""
         if self._in_batch:
             self._drop_pending()
-            self.con.execute("ROLLBACK")
+            with contextlib.suppress(duckdb.TransactionException):  # an interrupted COMMIT may have ended it
+                self.con.execute("ROLLBACK")
             self._in_batch = False
             self._next_event_id = None
             self._next_artifact_id = self._artifact_ids = None
@@ -478,14 +670,18 @@ class Bundle:
     # -- sealing and verification ----------------------------------------------------------
     def root_digest(self, version: int | None = None) -> str:
         """sha256 over the incident metadata and every artifact's hash, size and provenance, computed the
-        way digest ``version`` does (default: the way the last seal was, or the current way)."""
+        way digest ``version`` does (default: the way the last seal was, or the current way). From version 3
+        on it covers the seal before too, as the last seal did: an unchanged bundle's digest is its last seal's."""
         self._flush_pending()
+        seal = self.last_seal()
         if version is None:
-            seal = self.last_seal()
             version = seal["digest_version"] if seal else DIGEST_VERSION
         if version == 1:
             return self._root_digest_v1()
-        return _digest(self.provenance_items())
+        items = self.provenance_items(version)
+        if version == 2:
+            return _digest(items)
+        return _chained(items, seal["previous"] if seal else None)
 
     def _root_digest_v1(self) -> str:
         """The first seal's digest: artifacts without captured_at and info, aliases without captured_at,
@@ -501,10 +697,13 @@ class Bundle:
             doc["aliases"] = [list(r) for r in aliases]
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
-    def provenance_items(self) -> dict[str, str]:
+    def provenance_items(self, version: int = DIGEST_VERSION) -> dict[str, str]:
         """One digest per sealed item, keyed so that a change can be named: ``artifact:SHA`` (hash, size,
-        collector, kind, host, source, captured_at, info), ``alias:SHA`` (all its alias rows),
-        ``capture_log:COLLECTOR@HOST`` (its coverage rows) and ``meta`` (the incident's provenance keys)."""
+        collector, kind, host, source, captured_at, info), ``alias:SHA@HOST`` (that host's alias row),
+        ``capture_log:COLLECTOR@HOST@STARTED`` (one capture's coverage rows of that collector), ``meta:KEY``
+        (each provenance key) and ``merged_from:N`` (each bundle a merge took in). Version 3 keys each row that
+        a later run may add on its own, so that an append-only bundle keeps every item of one seal unchanged in
+        the next; version 2 grouped a sha256's aliases, a collector's coverage rows and the metadata."""
         self._flush_pending()
         items: dict[str, str] = {}
         for row in self.con.execute("SELECT sha256, size, collector, kind, host, source, captured_at, info "
@@ -513,50 +712,89 @@ class Bundle:
         grouped: dict[str, list[str]] = {}
         for row in self.con.execute("SELECT sha256, collector, kind, host, source, captured_at, info "
                                     "FROM artifact_alias").fetchall():
-            grouped.setdefault(f"alias:{row[0]}", []).append(_canonical(list(row)))
+            key = f"alias:{row[0]}" if version <= 2 else f"alias:{row[0]}@{row[3] or '-'}"
+            grouped.setdefault(key, []).append(_canonical(list(row)))
         for row in self.con.execute("SELECT collector, host, status, reason, started_at, duration_s, artifacts, "
                                     "detail FROM capture_log").fetchall():
-            grouped.setdefault(f"capture_log:{row[0]}@{row[1] or '-'}", []).append(_canonical(list(row)))
+            key = f"capture_log:{row[0]}@{row[1] or '-'}" + ("" if version <= 2 else f"@{row[4] or '-'}")
+            grouped.setdefault(key, []).append(_canonical(list(row)))
         items.update({key: _digest(sorted(rows)) for key, rows in grouped.items()})
-        items["meta"] = _digest({k: v for k, v in self.meta().items() if k in SEALED_META})
+        meta = {k: v for k, v in self.meta().items() if k in SEALED_META}
+        if version <= 2:
+            items["meta"] = _digest(meta)
+        else:
+            items.update(_meta_items(meta))
         return items
 
-    def seal(self, *, complete: bool = True) -> str:
+    def seal(self, *, complete: bool = True, note: dict[str, Any] | None = None) -> str:
+        """Append a seal over the bundle as it is now, chained to the seal before, and clear the "ingest open"
+        marker (the run that wrote it is sealed). ``note`` says why a seal was made (see schema version 3)."""
         self._flush_pending()
         items = self.provenance_items()
-        digest = _digest(items)
-        seq = self.con.execute("SELECT coalesce(max(seq), 0) + 1 FROM seal").fetchall()[0][0]
+        last = self.last_seal()
+        previous = last["root_digest"] if last else None
+        digest = _chained(items, previous)
         count = self.con.execute("SELECT count(*) FROM artifact").fetchall()[0][0]
-        self.con.execute("INSERT INTO seal (seq, sealed_at, root_digest, artifacts, complete, digest_version, items) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         [seq, now_utc(), digest, count, complete, DIGEST_VERSION, json.dumps(items, sort_keys=True)])
-        return digest
+        self.con.execute(
+            "INSERT INTO seal (seq, sealed_at, root_digest, artifacts, complete, digest_version, items, previous, "
+            "note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(last["seq"] if last else 0) + 1, now_utc(), digest, count, complete, DIGEST_VERSION,
+             json.dumps(items, sort_keys=True), previous, json.dumps(note, default=str) if note else None])
+        self.con.execute("DELETE FROM meta WHERE key = ?", [OPEN_MARKER])  # after the seal: a kill between leaves
+        return digest  # a marker with nothing unsealed, which verify and the next ingest ignore
 
     def last_seal(self) -> dict[str, Any] | None:
-        rows = self.con.execute(
-            "SELECT seq, sealed_at, root_digest, artifacts, complete, digest_version FROM seal "
-            "ORDER BY seq DESC LIMIT 1").fetchall()
-        if not rows:
-            return None
-        return dict(zip(("seq", "sealed_at", "root_digest", "artifacts", "complete", "digest_version"), rows[0]))
+        rows = self.con.execute(f"SELECT {', '.join(_SEAL_COLUMNS)} FROM seal ORDER BY seq DESC LIMIT 1").fetchall()
+        return dict(zip(_SEAL_COLUMNS, rows[0])) if rows else None
+
+    def seals(self) -> list[dict[str, Any]]:
+        """Every seal, oldest first, with its items (a dict; None for version 1, which kept none)."""
+        cur = self.con.execute(f"SELECT {', '.join(_SEAL_COLUMNS)}, items FROM seal ORDER BY seq")
+        out = []
+        for row in cur.fetchall():
+            seal = dict(zip((*_SEAL_COLUMNS, "items"), row))
+            seal["items"] = _loaded_items(seal["items"])
+            out.append(seal)
+        return out
+
+    def seal_state(self) -> SealState:
+        """How the bundle now compares with its last seal, cheaply (no bytes re-read): what an ingest checks
+        before it adds anything, so that its seal never absorbs a change made after the last one."""
+        self._flush_pending()
+        seal = self.last_seal()
+        marker = self.open_marker()
+        state = SealState(seal=seal, marker=marker)
+        if seal is None:  # nothing sealed to compare with; what is there is an interrupted ingest's if marked
+            if marker is not None:
+                state.unsealed = [k for k in self.provenance_items() if k.startswith("artifact:")]
+            return state
+        if seal["digest_version"] == 1:
+            if self._root_digest_v1() != seal["root_digest"]:
+                state.changed = ["*"]
+            return state
+        stored = self.con.execute("SELECT items FROM seal WHERE seq = ?", [seal["seq"]]).fetchall()[0][0]
+        sealed = _loaded_items(stored) or {}
+        current = self.provenance_items(seal["digest_version"])
+        for key in sorted(set(sealed) | set(current)):
+            if key not in current:
+                state.removed.append(key)
+            elif key not in sealed:
+                (state.unsealed if marker is not None else state.added).append(key)
+            elif sealed[key] != current[key]:
+                state.changed.append(key)
+        return state
 
     def _artifacts_with_bytes(self, arts: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], Iterator[bytes]]]:
         """Each artifact, in order, with its bytes chunk by chunk: runs of small ones (a single chunk)
         are read VERIFY_GROUP_BYTES at a time in one query, bigger ones chunk by chunk."""
-        group: list[dict[str, Any]] = []
-        size = 0
-        for art in arts:
-            if (art["size"] or 0) > VERIFY_SMALL_BYTES:
-                yield from self._small_artifacts_with_bytes(group)
-                group, size = [], 0
-                yield art, self.artifact_bytes(art["id"])
-                continue
-            group.append(art)
-            size += art["size"] or 0
-            if size >= VERIFY_GROUP_BYTES:
-                yield from self._small_artifacts_with_bytes(group)
-                group, size = [], 0
-        yield from self._small_artifacts_with_bytes(group)
+        for group in _verify_groups(arts):
+            yield from self._group_bytes(group)
+
+    def _group_bytes(self, group: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], Iterator[bytes]]]:
+        if len(group) == 1 and (group[0]["size"] or 0) > VERIFY_SMALL_BYTES:
+            yield group[0], self.artifact_bytes(group[0]["id"])
+        else:
+            yield from self._small_artifacts_with_bytes(group)
 
     def _small_artifacts_with_bytes(self, arts: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any],
                                                                                      Iterator[bytes]]]:
@@ -572,66 +810,330 @@ class Bundle:
             yield art, (_unpack(data, codec, raw_size) for data, codec, raw_size in stored.get(art["id"], []))
 
     def verify(self) -> list[str]:
-        """Re-hash every artifact and the root digest. Returns one line per problem; empty when intact."""
-        problems: list[str] = []
-        for art, blocks in self._artifacts_with_bytes(self.artifacts()):
-            digest = hashlib.sha256()
-            size = 0
+        """Re-hash every artifact, check every seal and the root digest. Returns one line per problem; empty
+        when intact (an interrupted ingest's unsealed artifacts are no problem: see :meth:`verification`)."""
+        return self.verification().problems
+
+    def verification(self) -> Verification:
+        """Everything verify checks: every table read in full (a damaged block is named, not hit later by
+        another command), every artifact re-hashed, every seal's digest and its link to the one before
+        (evidence is append-only: what one seal covered, the next covers unchanged), and the bundle now
+        against its last seal. Artifacts an ingest stored after the last seal, while its "ingest open"
+        marker is still there, are an interrupted ingest's, told apart from tampering."""
+        result = Verification()
+        scan = _StorageScan(self.con)
+        scan.start()
+        try:
+            arts = self.artifacts()
+            result.artifacts = len(arts)
+            self._rehash(arts, result)
+            seals = self.seals()
+            result.seal = seals[-1] if seals else None
+            result.altered += _chain_problems(seals, {a["sha256"]: a for a in arts})
+            self._last_seal_problems(result, arts)
+        except duckdb.Error as exc:
+            if storage_failure(exc) is None:
+                raise
+            result.damaged.append(f"storage damaged: {first_line(exc)}")
+        finally:
+            result.damaged[:0] = scan.join()
+        return result
+
+    def _rehash(self, arts: list[dict[str, Any]], result: Verification) -> None:
+        """Each artifact's bytes against its sha256 and size, many small ones per query; when a query hits a
+        damaged block, its artifacts are read again one by one to name those whose bytes cannot be read."""
+        for group in _verify_groups(arts):
+            done = 0
             try:
-                for block in blocks:
-                    digest.update(block)
-                    size += len(block)
-            except (OSError, ValueError, BundleError) as exc:
-                problems.append(f"artifact altered: {_named(art)}: stored chunk no longer expands ({exc})")
-                continue
-            if digest.hexdigest() != art["sha256"] or size != art["size"]:
-                problems.append(f"artifact altered: {_named(art)}: now sha256 {digest.hexdigest()}, {size} bytes")
-        seal = self.last_seal()
+                for art, blocks in self._group_bytes(group):
+                    _rehashed(art, blocks, result)
+                    done += 1
+            except duckdb.Error as exc:
+                if storage_failure(exc) is None:
+                    raise
+                for art in group[done:]:
+                    try:
+                        _rehashed(art, self.artifact_bytes(art["id"]), result)
+                    except duckdb.Error as one:
+                        if storage_failure(one) is None:
+                            raise
+                        result.damaged.append(f"storage damaged: the bytes of artifact {_named(art)} cannot be "
+                                              f"read ({first_line(one)})")
+
+    def _last_seal_problems(self, result: Verification, arts: list[dict[str, Any]]) -> None:
+        state = self.seal_state()
+        if state.marker is not None and state.unsealed:
+            result.interrupted = _interrupted_line(state)
+        seal = state.seal
         if seal is None:
-            problems.append("bundle was never sealed")
-            return problems
-        now = self.root_digest(seal["digest_version"])
-        if seal["root_digest"] != now:
-            if seal["digest_version"] >= 2:
-                problems.extend(self._changed_items(seal["seq"]))
-            problems.append(f"root digest mismatch: sealed {seal['root_digest']}, now {now} "
-                            "(artifacts or incident metadata changed after sealing)")
-        return problems
+            result.never_sealed = True
+            return
+        lines = self.changes_since_seal(state, arts)
+        if lines or state.changed == ["*"]:
+            result.altered += lines
+            now = self.root_digest(seal["digest_version"])
+            result.altered.append(f"root digest mismatch: sealed {seal['root_digest']}, now {now} "
+                                  "(artifacts or incident metadata changed after sealing)")
 
-    def _changed_items(self, seq: int) -> list[str]:
-        """One line per sealed item whose provenance differs from what the seal recorded."""
-        stored = self.con.execute("SELECT items FROM seal WHERE seq = ?", [seq]).fetchall()[0][0]
-        sealed: dict[str, str] = json.loads(stored) if stored else {}
-        current = self.provenance_items()
-        arts = {a["sha256"]: a for a in self.artifacts()}
-        lines = []
-        for key in sorted(set(sealed) | set(current)):
-            if sealed.get(key) == current.get(key):
-                continue
-            what, _, name = key.partition(":")
-            change = "added after sealing" if key not in sealed else (
-                "removed after sealing" if key not in current else "changed after sealing")
-            if what == "artifact":
-                lines.append(f"artifact provenance altered: {_named(arts[name]) if name in arts else name}: "
-                             f"collector, kind, host, source, captured_at or info {change}")
-            elif what == "alias":
-                lines.append(f"artifact provenance altered: {_named(arts[name]) if name in arts else name}: "
-                             f"its other-host (alias) rows {change}")
-            elif what == "capture_log":
-                lines.append(f"capture log altered: coverage rows of {name} {change}")
-            else:
-                lines.append(f"incident metadata altered: {', '.join(SEALED_META)} {change}")
-        return lines
+    def changes_since_seal(self, state: SealState, arts: list[dict[str, Any]] | None = None) -> list[str]:
+        """One line per item that differs from the last seal (an interrupted ingest's additions excepted)."""
+        if state.changed == ["*"]:  # a version-1 seal: one digest, nothing to name
+            return []
+        named = {a["sha256"]: a for a in (self.artifacts() if arts is None else arts)}
+        return [_item_line(key, change, named, "after sealing") for keys, change in (
+            (state.changed, "changed"), (state.removed, "removed"), (state.added, "added")) for key in keys]
+
+    def take_over(self, notice: Callable[[str], None]) -> None:
+        """What a writer (ingest, merge --into) does before it adds anything. A bundle that differs from its
+        last seal is refused: sealing now would vouch for a change nobody here made. Artifacts an ingest that
+        did not finish left unsealed (its marker is there: kill -9, a power cut, a full disk) are sealed first,
+        by a seal of their own marked incomplete and naming that ingest, and ``notice`` says so in one line."""
+        if self._checked:
+            return
+        state = self.seal_state()
+        if state.altered:
+            lines = self.changes_since_seal(state) or ["artifacts or incident metadata changed after sealing"]
+            more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+            raise BundleError(f"bundle {self.path} differs from its last seal: {lines[0]}{more}; refusing to seal "
+                              f"over a change this run did not make (`gpuwb verify {self.path}` names each)")
+        self._checked = True
+        if state.marker is None:
+            return
+        if not state.unsealed:
+            self.clear_open_marker()
+            return
+        count = state.unsealed_artifacts()
+        marker = state.marker
+        notice(f"gpuwb: sealing {count} artifact{'s' if count != 1 else ''} that an interrupted ingest (pid "
+               f"{marker.get('pid', '?')}, started at {marker.get('started_at', '?')}) stored "
+               + ("after the last seal" if state.seal else "and never sealed")
+               + "; the seal is marked incomplete and names that ingest")
+        from workbench.derive import run_derivations
+
+        with self.transaction():
+            run_derivations(self)
+            self.seal(complete=False, note={"sealed_for": "interrupted ingest", "ingest": marker,
+                                            "artifacts": count})
+
+_SEAL_COLUMNS = ("seq", "sealed_at", "root_digest", "artifacts", "complete", "digest_version", "previous", "note")
 
 
-DIGEST_VERSION = 2
-"""How ``seal`` computes the root digest. 1: each artifact's sha256, size, collector, kind, host and source,
-the aliases without captured_at, three metadata keys. 2: also captured_at and info, whole alias rows, the
-capture log and the capture metadata, with one digest per item kept in the seal row."""
+@dataclass
+class SealState:
+    """The bundle against its last seal: item keys changed, removed, added by someone, and added by an ingest
+    that has not sealed yet (its "ingest open" marker is there). ``changed == ['*']``: a version-1 seal, whose
+    single digest differs."""
 
-SEALED_META = ("incident_id", "title", "created_at", "captured_on", "capture_started", "since", "complete",
-               "merged_from")
-"""Metadata keys that say where the evidence came from; ``schema_version`` changes with every migration."""
+    seal: dict[str, Any] | None
+    marker: dict[str, Any] | None
+    changed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    unsealed: list[str] = field(default_factory=list)
+
+    @property
+    def altered(self) -> bool:
+        return bool(self.changed or self.removed or self.added)
+
+    def unsealed_artifacts(self) -> int:
+        return sum(key.startswith("artifact:") for key in self.unsealed)
+
+
+@dataclass
+class Verification:
+    """What verify found. ``problems`` fail it; an interrupted ingest's unsealed artifacts (``interrupted``,
+    one line) do not, since nothing sealed was touched."""
+
+    damaged: list[str] = field(default_factory=list)
+    altered: list[str] = field(default_factory=list)
+    interrupted: str | None = None
+    never_sealed: bool = False
+    seal: dict[str, Any] | None = None
+    artifacts: int = 0
+
+    @property
+    def problems(self) -> list[str]:
+        return self.damaged + self.altered + (["bundle was never sealed"] if self.never_sealed else [])
+
+
+class _StorageScan(threading.Thread):
+    """Reads every column of every table (the artifact bytes excepted: the re-hash reads those) on its own
+    cursor, while verify re-hashes: DuckDB checks each block's checksum as it loads it, so a damaged block is
+    found and its table named, at little cost in time (both run at once)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        super().__init__(name="gpuwb-verify-scan", daemon=True)
+        self.database = con.execute("SELECT current_database()").fetchall()[0][0]
+        self.cursor = con.cursor()
+        self.problems: list[str] = []
+
+    def run(self) -> None:
+        try:
+            self.cursor.execute(f"USE {_quoted(self.database)}")  # a writable bundle is attached, not the default
+            columns: dict[str, list[str]] = {}
+            for table, column in self.cursor.execute(
+                    "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'main' "
+                    "AND table_catalog = current_database() ORDER BY table_name, ordinal_position").fetchall():
+                if (table, column) != ("artifact_chunk", "data"):
+                    columns.setdefault(table, []).append(column)
+            for table, names in columns.items():
+                try:  # count(column) loads each of its blocks: a checksum that fails raises here
+                    self.cursor.execute(f"SELECT count(*), {', '.join(f'count({_quoted(c)})' for c in names)} "
+                                        f"FROM {_quoted(table)}").fetchall()
+                except duckdb.Error as exc:
+                    if storage_failure(exc) is None:
+                        raise
+                    self.problems.append(f"storage damaged: table {table} cannot be read in full ({first_line(exc)})")
+        except duckdb.Error as exc:
+            if storage_failure(exc) is None:
+                raise
+            self.problems.append(f"storage damaged: {first_line(exc)}")
+        finally:
+            self.cursor.close()
+
+    def join(self, timeout: float | None = None) -> list[str]:  # type: ignore[override]
+        super().join(timeout)
+        return self.problems
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _verify_groups(arts: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    """Runs of small artifacts up to VERIFY_GROUP_BYTES, read in one query; a big one alone, chunk by chunk."""
+    group: list[dict[str, Any]] = []
+    size = 0
+    for art in arts:
+        if (art["size"] or 0) > VERIFY_SMALL_BYTES:
+            if group:
+                yield group
+                group, size = [], 0
+            yield [art]
+            continue
+        group.append(art)
+        size += art["size"] or 0
+        if size >= VERIFY_GROUP_BYTES:
+            yield group
+            group, size = [], 0
+    if group:
+        yield group
+
+
+def _rehashed(art: dict[str, Any], blocks: Iterator[bytes], result: Verification) -> None:
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        for block in blocks:
+            digest.update(block)
+            size += len(block)
+    except (OSError, ValueError, BundleError) as exc:
+        result.altered.append(f"artifact altered: {_named(art)}: stored chunk no longer expands ({exc})")
+        return
+    if digest.hexdigest() != art["sha256"] or size != art["size"]:
+        result.altered.append(f"artifact altered: {_named(art)}: now sha256 {digest.hexdigest()}, {size} bytes")
+
+
+def _chain_problems(seals: list[dict[str, Any]], arts: dict[str, dict[str, Any]]) -> list[str]:
+    """Each seal's own digest, and each link: what seal k covered, seal k+1 must cover unchanged (only additions
+    are legitimate: evidence is append-only, a merge's ``merged_from`` grows by new entries). Links into or out of
+    a version-2 seal compare the artifacts only, whose items kept their form; version-1 seals kept no items."""
+    lines: list[str] = []
+    before: dict[str, Any] | None = None
+    for seal in seals:
+        items = seal["items"]
+        version = seal["digest_version"] or 1
+        label = f"seal {seal['seq']} (sealed at {seal['sealed_at']})"
+        if version >= 3:
+            expected = before["root_digest"] if before else None
+            if seal["previous"] != expected:
+                lines.append(f"seal chain broken: {label} does not follow "
+                             + (f"seal {before['seq']}" if before else "from nothing")
+                             + " (a seal was removed, added or rewritten)")
+            if items is None or _chained(items, seal["previous"]) != seal["root_digest"]:
+                lines.append(f"seal altered: {label}: its items no longer hash to its root digest")
+        elif version == 2 and (items is None or _digest(items) != seal["root_digest"]):
+            lines.append(f"seal altered: {label}: its items no longer hash to its root digest")
+        if before is not None and before["items"] is not None and items is not None:
+            whole = (before["digest_version"] or 1) >= 3 and version >= 3
+            when = f"between seal {before['seq']} and seal {seal['seq']}, which absorbed the change"
+            for key, digest in sorted(before["items"].items()):
+                if not whole and not key.startswith("artifact:"):
+                    continue
+                if key not in items:
+                    lines.append(_item_line(key, "removed", arts, when))
+                elif items[key] != digest:
+                    lines.append(_item_line(key, "changed", arts, when))
+        before = seal
+    return lines
+
+
+def _item_line(key: str, change: str, arts: dict[str, dict[str, Any]], when: str) -> str:
+    """One sealed item that differs, as a line naming it."""
+    what, _, name = key.partition(":")
+    change = f"{change} {when}"
+    if what == "artifact":
+        return (f"artifact provenance altered: {_named(arts[name]) if name in arts else name}: "
+                f"collector, kind, host, source, captured_at or info {change}")
+    if what == "alias":
+        sha, _, host = name.partition("@")
+        rows = f"its other-host (alias) row for host {host}" if host else "its other-host (alias) rows"
+        return f"artifact provenance altered: {_named(arts[sha]) if sha in arts else sha}: {rows} {change}"
+    if what == "capture_log":
+        collector, _, rest = name.partition("@")
+        host, _, started = rest.partition("@")
+        return (f"capture log altered: coverage rows of {collector}@{host}"
+                + (f" (capture of {started})" if started else "") + f" {change}")
+    if what == "meta":
+        return f"incident metadata altered: {name} {change}"
+    if what == "merged_from":
+        return f"incident metadata altered: merged_from entry {name} (a bundle the merge took in) {change}"
+    return f"incident metadata altered: {', '.join(SEALED_META)} {change}"
+
+
+def _interrupted_line(state: SealState) -> str:
+    marker = state.marker or {}
+    count = state.unsealed_artifacts()
+    others = len(state.unsealed) - count
+    where = "after the last seal" if state.seal else "before the bundle was first sealed"
+    return (f"ingest interrupted: {count} artifact{'s' if count != 1 else ''}"
+            + (f" and {others} other provenance row{'s' if others != 1 else ''}" if others else "")
+            + f" stored {where} by an ingest that did not finish (pid {marker.get('pid', '?')}"
+            + (f" on {marker['host']}" if marker.get("host") else "")
+            + f", started at {marker.get('started_at', '?')}); not sealed yet: the next `gpuwb ingest` seals them")
+
+
+def _loaded_items(stored: str | None) -> dict[str, str] | None:
+    if not stored:
+        return None
+    try:
+        items = json.loads(stored)
+    except ValueError:
+        return {}
+    return items if isinstance(items, dict) else {}
+
+
+def _meta_items(meta: dict[str, str]) -> dict[str, str]:
+    """The provenance keys one item each; ``merged_from`` one item per bundle taken in, so that ``merge --into``
+    adding bundles is an addition, not a change."""
+    items = {f"meta:{key}": _digest(value) for key, value in meta.items() if key != "merged_from"}
+    if "merged_from" in meta:
+        try:
+            sources = json.loads(meta["merged_from"])
+        except ValueError:
+            sources = None
+        if isinstance(sources, list):
+            items.update({f"merged_from:{n}": _digest(source) for n, source in enumerate(sources)})
+        else:
+            items["meta:merged_from"] = _digest(meta["merged_from"])
+    return items
+
+
+def _chained(items: dict[str, str], previous: str | None) -> str:
+    """A version-3 root digest: the items and the digest of the seal before (None for the first)."""
+    return _digest({"items": items, "previous": previous})
+
+
 
 
 def _canonical(value: Any) -> str:

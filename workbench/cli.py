@@ -1,7 +1,8 @@
 """``gpuwb``: the command line. Each sub-command is a module of ``workbench.commands``.
 
-Usage and input errors exit 2 with one line on stderr, never a traceback. Anything else is a bug:
-one line saying so, the traceback kept in a file that line names, exit 70 (EX_SOFTWARE). Ctrl-C ends a
+Usage and input errors exit 2 with one line on stderr, never a traceback; so do a bundle that cannot be
+written (a full disk) and one whose storage is damaged (a block whose checksum fails). Anything else is a
+bug: one line saying so, the traceback kept in a file that line names, exit 70 (EX_SOFTWARE). Ctrl-C ends a
 command with exit 130; SIGTERM and SIGHUP are handled the same way and end it with exit 143 and exit 129.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import workbench.commands
 from workbench import __version__
-from workbench.errors import GpuwbError, Terminated
+from workbench.errors import GpuwbError, Terminated, as_interrupt, on_signal
 from workbench.table import printable
 
 COMMAND_ORDER = ("capture", "cluster", "record", "ingest", "timeline", "analyze", "open", "report", "export",
@@ -81,9 +82,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     previous = _terminate_like_interrupt()
     try:
-        code = int(args._run(args) or 0)
-        sys.stdout.flush()  # here, not at exit: a closed pipe must end up in the handler below
-        return code
+        try:
+            code = int(args._run(args) or 0)
+            sys.stdout.flush()  # here, not at exit: a closed pipe must end up in the handler below
+            return code
+        except Exception as exc:
+            stop = as_interrupt(exc)  # a signal DuckDB turned into RuntimeError('Query interrupted')
+            if stop is None:
+                raise
+            raise stop from None
     except GpuwbError as exc:
         print(f"gpuwb: error: {printable(str(exc))}", file=sys.stderr)
         return 2
@@ -100,9 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("gpuwb: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        if _is_storage_error(exc):  # the OSError case from inside DuckDB: a full disk fails a commit's log
-            print(f"gpuwb: error: the bundle could not be written or read: {printable(str(exc).splitlines()[0])}",
-                  file=sys.stderr)
+        storage = _storage_message(exc, args)
+        if storage:  # DuckDB could not write the bundle (a full disk) or read it back (a damaged block)
+            print(f"gpuwb: error: {printable(storage)}", file=sys.stderr)
             return 2
         # a bug: say so in one line, keep the traceback for the bug report
         saved = _save_traceback(exc, argv if argv is not None else sys.argv[1:])
@@ -117,26 +124,45 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _terminate_like_interrupt() -> dict[int, object]:
     """SIGTERM and SIGHUP raise :class:`Terminated` (a KeyboardInterrupt) in the main thread, so a command
-    stopped by its scheduler or a closed terminal cleans up the way Ctrl-C does. Returns the handlers it
-    replaced, for ``main`` to put back (tests call ``main`` in-process). Only from the main thread: signal
-    handlers cannot be set from another one."""
+    stopped by its scheduler or a closed terminal cleans up the way Ctrl-C does; SIGINT raises Ctrl-C's own
+    KeyboardInterrupt. The handler (``workbench.errors.on_signal``) also notes each signal, so that one DuckDB
+    swallowed while it ran a statement is still known for what it was, and can be held back while an
+    interrupted command seals. Returns the handlers it replaced, for ``main`` to put back (tests call ``main``
+    in-process). Only from the main thread: signal handlers cannot be set from another one."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         return {}
-    return {signum: signal.signal(signum, _raise_terminated) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    return {signum: signal.signal(signum, on_signal) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
 
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated(signum)
-
-
-def _is_storage_error(exc: Exception) -> bool:
-    """DuckDB could not write or read the bundle. Looked up in sys.modules, not imported: commands that
-    never open a bundle (--help, --version, capture's parser) must not pay for loading DuckDB."""
+def _storage_message(exc: Exception, args: argparse.Namespace) -> str | None:
+    """The one line for a DuckDB error that is about the bundle file, not about gpuwb: it could not be written
+    (a full disk fails a commit or a checkpoint), or its stored bytes cannot be read back (a block whose
+    checksum fails, a table gone). None for anything else, which is a bug. Looked up in sys.modules, not
+    imported: commands that never open a bundle (--help, --version, capture's parser) must not load DuckDB."""
     duckdb = sys.modules.get("duckdb")
-    return duckdb is not None and isinstance(
-        exc, (duckdb.IOException, duckdb.OutOfMemoryException, duckdb.TransactionException))
+    bundle = sys.modules.get("workbench.bundle")
+    if duckdb is None or bundle is None or not isinstance(exc, duckdb.Error):
+        return None
+    path = getattr(args, "bundle", None) or getattr(args, "into", None) or getattr(args, "out", None) or "the bundle"
+    line = (str(exc).splitlines() or [type(exc).__name__])[0]
+    failure = bundle.storage_failure(exc)
+    if failure is None and isinstance(exc, duckdb.CatalogException) and _missing_table(line):
+        failure = "damaged"
+    if failure == "damaged":
+        return str(bundle.BundleDamaged(path, line))
+    if failure == "write" or isinstance(exc, (duckdb.IOException, duckdb.OutOfMemoryException,
+                                                duckdb.TransactionException)):
+        return f"{path} could not be written or read: {line}"
+    return None
+
+
+def _missing_table(line: str) -> bool:
+    """DuckDB's "Table with name X does not exist" for one of a bundle's own tables."""
+    from workbench.schema import TABLES
+
+    return any(line.startswith(f"Catalog Error: Table with name {table} does not exist") for table in TABLES)
 
 
 def traceback_dirs() -> list[Path]:

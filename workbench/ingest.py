@@ -16,6 +16,7 @@ import gzip
 import lzma
 import os
 import stat
+import sys
 import tarfile
 import tempfile
 import zipfile
@@ -31,9 +32,9 @@ from collectors import registry
 from collectors.base import HostFact
 from workbench import zip_recovery
 from workbench.artifact_rows import HostClocks, ParseRequest, ParseSummary, artifact_rows
-from workbench.bundle import Bundle
+from workbench.bundle import Bundle, BundleWriteError, first_line, storage_failure
 from workbench.derive import run_derivations
-from workbench.errors import GpuwbError
+from workbench.errors import GpuwbError, as_interrupt, signals_deferred
 from workbench.parse_worker import ParseWorker, WorkerParse
 
 SNIFF_BYTES = 64 << 10
@@ -125,6 +126,8 @@ class Session:
         self._batched = 0
         self._stats: list[tuple[int, int, int, int, int, dict[str, int]]] = []
         """parse statistics of the artifacts stored since the last commit, written with it in one UPDATE"""
+        self.committed = 0
+        """new artifacts committed so far (what a run that fails later has kept)"""
         for host, key, value in bundle.con.execute(
                 "SELECT host, key, value FROM host_inventory WHERE key IN ('boot_time', 'date', 'uptime_s')"
         ).fetchall():
@@ -229,8 +232,10 @@ class Session:
         """Write the rows still buffered and commit; call once after the last artifact."""
         self.writer.flush()
         self.bundle.set_parse_stats_many(self._stats)
+        stored = len(self._stats)
         self._stats = []
         self.bundle.commit_batch()
+        self.committed += stored
         self._batched = 0
 
     def abandon(self) -> None:
@@ -252,12 +257,22 @@ class Session:
 
 def ingest_paths(bundle: Bundle, paths: list[str], *, kind: str | None = None, host: str | None = None,
                  boot_time: datetime | None = None,
-                 progress: Callable[[FileResult], None] | None = None) -> list[FileResult]:
-    """Ingest files, folders (recursively) and archives into ``bundle``; returns one result per file."""
+                 progress: Callable[[FileResult], None] | None = None,
+                 notice: Callable[[str], None] | None = None) -> list[FileResult]:
+    """Ingest files, folders (recursively) and archives into ``bundle``; returns one result per file.
+
+    A bundle that differs from its last seal is refused before anything is added, and what an earlier ingest
+    that did not finish left unsealed is sealed first, told through ``notice`` (default: stderr); see
+    :meth:`Bundle.take_over`. The run marks the bundle "ingest open" with its first commit and clears the mark
+    with its seal. Interrupted (Ctrl-C, SIGTERM, SIGHUP), it seals what it had committed as incomplete; when
+    the bundle cannot be written (a full disk), it stops with a one-line :class:`BundleWriteError`."""
     forced = check_inputs(paths, kind)
+    bundle.take_over(notice or _to_stderr)
     session = Session(bundle, boot_time=boot_time)
+    bundle.mark_open()
     planned: list[tuple[int, int, Item, str, ModuleType | None, str | None]] = []
     results: list[FileResult] = []
+    given = {"boot_time": boot_time} if boot_time else {}  # kept with each file: `verify --deep` re-parses with it
     try:
         with tempfile.TemporaryDirectory(prefix="gpuwb-ingest-") as tmp:
             found = [item for path in paths for item in list(expand(path, Path(tmp), bundle_files(bundle)))]
@@ -292,7 +307,7 @@ def ingest_paths(bundle: Bundle, paths: list[str], *, kind: str | None = None, h
                 try:
                     result = session.store_and_parse(item.open, name=item.name, kind=item_kind, module=module,
                                                      host=item_host, source=item.name, mtime=item.mtime,
-                                                     info={"mtime": item.mtime}, unwrap=item.unwrap,
+                                                     info={"mtime": item.mtime, **given}, unwrap=item.unwrap,
                                                      path=item.path)
                 except OSError as exc:
                     result = FileResult(path=item.name, kind=item_kind, host=item_host, status="error",
@@ -303,18 +318,54 @@ def ingest_paths(bundle: Bundle, paths: list[str], *, kind: str | None = None, h
                 if progress:
                     progress(result)
         session.finish()
-    except KeyboardInterrupt:
-        # Ctrl-C: the group in flight is rolled back whole; the groups committed before it stay and
-        # are sealed (marked incomplete), so the bundle still verifies and a rerun adds the rest.
-        session.abandon()
-        bundle.seal(complete=False)
+        if any(r.status in STORED for r in results) or bundle.last_seal() is None:
+            with bundle.transaction():  # derived events and the seal land together, or neither
+                run_derivations(bundle)
+                bundle.seal()
+        else:
+            bundle.clear_open_marker()
+    except BaseException as exc:
+        with signals_deferred():  # a second signal (a scheduler's follow-up SIGTERM) must not cut this short
+            stop = as_interrupt(exc)
+            if stop is not None:
+                # Ctrl-C, SIGTERM, SIGHUP: the group in flight is rolled back whole; the groups committed before
+                # it stay and are sealed (marked incomplete), so the bundle still verifies and a rerun adds the rest.
+                session.abandon()
+                _seal_interrupted(bundle)
+        if stop is not None:
+            if stop is exc:
+                raise
+            raise stop from None
+        if storage_failure(exc) == "write":
+            raise _write_failed(bundle, session.committed, exc) from None
         raise
     finally:
         session.close()
-    if any(r.status in STORED for r in results) or bundle.last_seal() is None:
-        run_derivations(bundle)
-        bundle.seal()
     return results
+
+
+def _seal_interrupted(bundle: Bundle) -> None:
+    """Seal what an interrupted run committed. A bundle that cannot take even the seal (a full disk, DuckDB
+    invalidated it) keeps the run's "ingest open" marker instead: verify and the next ingest then call its
+    artifacts an interrupted ingest's, not a tamper."""
+    try:
+        bundle.seal(complete=False)
+    except Exception as exc:
+        if storage_failure(exc) is None:
+            raise
+
+
+def _write_failed(bundle: Bundle, committed: int, exc: BaseException) -> BundleWriteError:
+    kept = (f"the {committed} artifact{'s' if committed != 1 else ''} it committed before are kept, not sealed, "
+            f"in {bundle.path}.wal (keep it beside the bundle; the next ingest seals them), and the bundle file "
+            "holds what it held before" if committed else "nothing of it was kept; the bundle holds what it held "
+            "before")
+    return BundleWriteError(f"bundle {bundle.path} could not be written ({first_line(exc)}): ingest stopped; "
+                            f"{kept}; free space and run the ingest again", reason=first_line(exc))
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def text(value: str) -> str:

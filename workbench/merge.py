@@ -17,8 +17,10 @@ seals again; a bundle whose root digest is already recorded in ``merged_from`` i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,7 +29,7 @@ from pathlib import Path
 import duckdb
 
 from workbench import schema
-from workbench.bundle import Bundle, BundleError
+from workbench.bundle import Bundle, BundleError, remove_files
 from workbench.derive import run_derivations
 from workbench.schema import EVIDENCE_TABLES
 
@@ -97,12 +99,12 @@ def merge_bundles(out: str | os.PathLike[str], inputs: list[str | os.PathLike[st
         if not title:
             bundle.set_meta("title", _title([d["title"] for d in result.inputs]))
         _finish(bundle, merger, result)
+        bundle.close()  # checkpointed: a merge the disk could not take fails here, and leaves no bundle
     except BaseException:
-        bundle.close()
-        out_path.unlink(missing_ok=True)
-        Path(f"{out_path}.wal").unlink(missing_ok=True)
+        with contextlib.suppress(BundleError):
+            bundle.close()
+        remove_files(out_path)
         raise
-    bundle.close()
     return result
 
 
@@ -116,20 +118,20 @@ def merge_into(target: str | os.PathLike[str], inputs: list[str | os.PathLike[st
     with Bundle.open(target_path, write=True) as bundle:
         if "merged_from" not in bundle.meta():
             raise BundleError(f"{target_path} was not made by gpuwb merge; --into adds to a merged bundle")
+        bundle.take_over(_to_stderr)  # refuses a bundle changed since its last seal: the new seal would absorb it
         merger = _Merger(bundle, atomic=True)
         merger.check(paths)  # outside the transaction: DuckDB refusing a bad source would abort it
-        bundle.con.execute("BEGIN")
-        try:
+        with bundle.transaction():
             result = merger.add(paths)
             if result.inputs:
                 _finish(bundle, merger, result)
             else:
                 result.root_digest = (bundle.last_seal() or {}).get("root_digest") or ""
-            bundle.con.execute("COMMIT")
-        except BaseException:
-            _rollback(bundle.con)
-            raise
     return result
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _finish(bundle: Bundle, merger: _Merger, result: MergeResult) -> None:

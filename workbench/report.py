@@ -23,7 +23,7 @@ from typing import Any
 
 from collectors.vocabulary import FAILED_JOB_STATES, LAYER_TITLES, LAYERS
 from workbench import __version__, journal, query
-from workbench.bundle import Bundle, utc_naive
+from workbench.bundle import Bundle, BundleDamaged, utc_naive
 from workbench.svg import Lane, Mark, line_chart, swimlane
 
 FORMATS = ("md", "html", "json")
@@ -599,7 +599,11 @@ def _evidence(bundle: Bundle, verify: bool, focus: set[str] | None = None) -> di
             gaps.append({"what": a["source"], "status": "partly parsed",
                          "reason": f"{a['skipped']} of {a['lines']} lines skipped"})
     seal = bundle.last_seal()
-    problems = bundle.verify() if verify else []
+    found = bundle.verification() if verify else None
+    if found is not None and found.damaged:  # a report over storage that cannot be read in full would mislead
+        raise BundleDamaged(bundle.path, found.damaged[0].removeprefix("storage damaged: "))
+    problems = found.problems if found else []
+    interrupted = found.interrupted if found else None
     folder = _common_folder([a["source"] for a in arts])
     listed, grouped = _listed_artifacts(arts, focus or set())
     return {"artifacts": [{"sha256": a["sha256"], "collector": a["collector"] or "-", "kind": a["kind"],
@@ -609,8 +613,12 @@ def _evidence(bundle: Bundle, verify: bool, focus: set[str] | None = None) -> di
             "folder": folder,
             "total_size": sum(a["size"] for a in arts), "gaps": _grouped_gaps(gaps),
             "root_digest": bundle.root_digest(), "sealed_digest": seal["root_digest"] if seal else None,
-            "sealed_at": seal["sealed_at"] if seal else None, "complete": bool(seal and seal["complete"]),
-            "verified": verify, "verify_ok": verify and not problems, "problems": problems}
+            "sealed_at": seal["sealed_at"] if seal else None,
+            "complete": bool(seal and seal["complete"]) and not interrupted,
+            "verified": verify, "verify_ok": verify and not problems, "interrupted": interrupted,
+            # an interrupted ingest's unsealed artifacts are listed with the result, as verify prints them, and
+            # do not fail it: they are not a tamper
+            "problems": problems + ([interrupted] if interrupted else [])}
 
 
 def _listed_artifacts(arts: list[dict[str, Any]], focus: set[str]) -> tuple[list[dict[str, Any]],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _V1 = """
 CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR);
@@ -106,19 +106,41 @@ UPDATE seal SET digest_version = 1;
 """Version 2: the seal covers every provenance field and keeps a digest per artifact (``items``) so that
 verify can name what changed; seals written before stay version 1."""
 
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
+_V3 = """
+ALTER TABLE seal ADD COLUMN previous VARCHAR;
+ALTER TABLE seal ADD COLUMN note JSON;
+"""
+"""Version 3: seals form a chain. Each seal's digest covers the previous seal's (``previous`` keeps a copy, so
+that a seal removed or rewritten shows), its items are fine enough that an append-only bundle keeps every
+item of one seal unchanged in the next, and ``note`` says why a seal was made when not at the end of a run
+(the artifacts of an ingest that did not finish, sealed by the next one). Seals written before keep their
+version and verify the way they were made."""
+
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
 """Version -> DDL that brings a bundle from version-1 to version."""
 
 EVIDENCE_TABLES = ("event", "gpu_sample", "gpu_inventory", "topology", "series", "host_inventory")
+TABLES = ("meta", "artifact", "artifact_alias", "artifact_chunk", *EVIDENCE_TABLES, "capture_log", "seal", "journal")
+"""Every table of a current bundle; one missing means the file is damaged (or not a bundle)."""
 
 
 def current_version(con: duckdb.DuckDBPyConnection) -> int:
+    """The bundle's schema version; 0 when it has no meta table or no version. ValueError when the version
+    is not a number."""
     has_meta = con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'").fetchall()[0][0]
     if not has_meta:
         return 0
     rows = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
     return int(rows[0][0]) if rows else 0
+
+
+def missing_tables(con: duckdb.DuckDBPyConnection, version: int) -> list[str]:
+    """The tables a bundle of schema ``version`` must have but this one lacks (one query)."""
+    present = {name for (name,) in con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_catalog = current_database() "
+        "AND table_schema = 'main'").fetchall()}
+    return [t for t in TABLES if t not in present] if version >= 1 else []
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> int:

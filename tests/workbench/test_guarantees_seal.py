@@ -81,8 +81,8 @@ def test_alias_row_added_or_removed_fails_verify(tmp_path):
     _forge(path, "DELETE FROM artifact_alias", [])
     code, out, _ = run_cli("verify", path)
     assert code == 1
-    assert f"artifact provenance altered: {sha} (kernel_log dmesg, host node01): its other-host (alias) rows " \
-           "removed after sealing" in out.splitlines()
+    assert f"artifact provenance altered: {sha} (kernel_log dmesg, host node01): its other-host (alias) row for " \
+           "host node02 removed after sealing" in out.splitlines()
 
 
 def test_artifact_removed_after_sealing_is_named_by_its_hash(tmp_path):
@@ -121,8 +121,8 @@ def test_forged_capture_metadata_fails_verify(tmp_path, key):
     assert code == 1
     (mismatch,) = [line for line in out.splitlines() if line.startswith("root digest mismatch: sealed ")]
     assert mismatch.endswith(" (artifacts or incident metadata changed after sealing)")
-    assert "incident metadata altered: incident_id, title, created_at, captured_on, capture_started, since, " \
-           "complete, merged_from changed after sealing" in out.splitlines()
+    assert f"incident metadata altered: {key} changed after sealing" in out.splitlines()
+    assert sum(line.startswith("incident metadata altered") for line in out.splitlines()) == 1
 
 
 def test_intact_bundle_verifies_and_the_seal_records_its_version(tmp_path):
@@ -132,9 +132,39 @@ def test_intact_bundle_verifies_and_the_seal_records_its_version(tmp_path):
     assert code == 0 and out.startswith("OK: 2 artifacts intact"), out
     with Bundle.open(path) as bundle:
         seal = bundle.last_seal()
-        assert seal["digest_version"] == DIGEST_VERSION == 2 and seal["artifacts"] == 2
+        assert seal["digest_version"] == DIGEST_VERSION == 3 and seal["artifacts"] == 2
         assert isinstance(seal["sealed_at"], datetime) and seal["complete"] is True
-        assert seal["root_digest"] == bundle.root_digest() == _digest_v2(bundle)
+        assert seal["previous"] is None
+        assert seal["root_digest"] == bundle.root_digest() == _digest_v3(bundle, None)
+
+
+def _digest_v3(bundle: Bundle, previous: str | None) -> str:
+    """The version-3 root digest as its contract says, computed here independently: one item per artifact,
+    per alias row (sha@host), per capture's coverage rows of a collector (collector@host@started_at), per
+    provenance metadata key and per merged bundle, and the root digest of the seal before."""
+    def canonical(value) -> str:
+        return json.dumps(value, sort_keys=True, default=str)
+
+    def digest(value) -> str:
+        return hashlib.sha256(canonical(value).encode()).hexdigest()
+
+    con = bundle.con
+    items = {f"artifact:{r[0]}": digest(list(r)) for r in con.execute(
+        "SELECT sha256, size, collector, kind, host, source, captured_at, info FROM artifact").fetchall()}
+    grouped: dict[str, list[str]] = {}
+    aliases = con.execute("SELECT sha256, collector, kind, host, source, captured_at, info FROM artifact_alias")
+    for r in aliases.fetchall():
+        grouped.setdefault(f"alias:{r[0]}@{r[3] or '-'}", []).append(canonical(list(r)))
+    for r in con.execute("SELECT * FROM capture_log").fetchall():
+        grouped.setdefault(f"capture_log:{r[0]}@{r[1] or '-'}@{r[4] or '-'}", []).append(canonical(list(r)))
+    items.update({k: digest(sorted(v)) for k, v in grouped.items()})
+    keys = ("incident_id", "title", "created_at", "captured_on", "capture_started", "since", "complete")
+    for key, value in con.execute("SELECT key, value FROM meta").fetchall():
+        if key in keys:
+            items[f"meta:{key}"] = digest(value)
+        elif key == "merged_from":
+            items.update({f"merged_from:{n}": digest(entry) for n, entry in enumerate(json.loads(value))})
+    return digest({"items": items, "previous": previous})
 
 
 def _digest_v2(bundle: Bundle) -> str:
@@ -167,10 +197,11 @@ def test_coverage_rows_without_a_host_are_named_with_a_dash(tmp_path):
         bundle.add_artifact(io.BytesIO(b"x"), kind="unknown", source="x")
         bundle.record_capture("ipmi", host=None, status="denied", reason="not root")
         bundle.seal()
-        assert bundle.root_digest() == _digest_v2(bundle)
+        assert bundle.root_digest() == _digest_v3(bundle, None)
     _forge(path, "UPDATE capture_log SET status = 'ok'", [])
     code, out, _ = run_cli("verify", path)
-    assert code == 1 and "capture log altered: coverage rows of ipmi@- changed after sealing" in out.splitlines()
+    assert code == 1 and "capture log altered: coverage rows of ipmi@- (capture of -) changed after sealing" \
+        in out.splitlines()
 
 
 def test_a_multi_chunk_artifact_verifies_and_every_broken_artifact_is_named(tmp_path):
@@ -288,8 +319,9 @@ def test_unsealed_bundle_is_reported(tmp_path):
         bundle.add_artifact(io.BytesIO(b"x"), kind="unknown", source="x")
     code, out, _ = run_cli("verify", path)
     assert code == 1 and out.splitlines()[0] == "bundle was never sealed"
+    assert out.splitlines()[-1] == f"NOT SEALED: {path} was never sealed"
     with Bundle.open(path) as bundle:
-        assert bundle.root_digest() == _digest_v2(bundle)
+        assert bundle.root_digest() == _digest_v3(bundle, None)
 
 
 # -- bundles sealed before the seal covered captured_at -------------------------------------------
@@ -352,7 +384,9 @@ def test_old_bundle_resealed_by_ingest_covers_captured_at(tmp_path):
     code, _, err = run_cli("ingest", path, extra)
     assert code == 0, err
     with Bundle.open(path) as bundle:
-        assert bundle.last_seal()["digest_version"] == 2
+        first, resealed = bundle.seals()
+        assert (first["digest_version"], resealed["digest_version"]) == (1, DIGEST_VERSION)
+        assert resealed["previous"] == first["root_digest"]  # the chain starts from the old seal
     assert run_cli("verify", path)[0] == 0
     sha = hashlib.sha256(DMESG).hexdigest()
     _forge(path, "UPDATE artifact SET captured_at = '2024-06-01 00:00:00' WHERE sha256 = ?", [sha])

@@ -62,7 +62,8 @@ def _ingested(monkeypatch, path, evidence, worker: bool, ahead: int = 1) -> dict
                                      "FROM artifact ORDER BY id").fetchall(),
             "chunks": con.execute("SELECT artifact_id, seq, raw_size FROM artifact_chunk ORDER BY ALL").fetchall(),
             "sealed": {k: v for k, v in json.loads(con.execute(
-                "SELECT items FROM seal ORDER BY seq DESC LIMIT 1").fetchall()[0][0]).items() if k != "meta"},
+                "SELECT items FROM seal ORDER BY seq DESC LIMIT 1").fetchall()[0][0]).items()
+                if not k.startswith("meta")},
         }, len(started)
 
 

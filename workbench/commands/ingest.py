@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from workbench.table import format_table, printable
 from workbench.timespec import parse_instant
@@ -26,13 +27,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.bundle import Bundle
+    from workbench.bundle import Bundle, BundleWriteError, remove_files
     from workbench.ingest import STORED, check_inputs, ingest_paths
 
     boot = parse_instant(args.boot_time) if args.boot_time else None
     check_inputs(args.paths, args.kind)  # before open_or_create: a mistyped path leaves no empty bundle
-    with Bundle.open_or_create(args.bundle, title=args.title) as bundle:
-        results = ingest_paths(bundle, args.paths, kind=args.kind, host=args.host, boot_time=boot)
+    path = Path(args.bundle)
+    created = not path.exists()
+    try:
+        with Bundle.open_or_create(path, title=args.title) as bundle:
+            results = ingest_paths(bundle, args.paths, kind=args.kind, host=args.host, boot_time=boot)
+    except BundleWriteError as exc:
+        if not created:
+            raise
+        remove_files(path)  # a bundle this run began and could not write: none, rather than a part in a .wal
+        raise BundleWriteError(f"bundle {path} could not be written ({exc.reason}): no bundle was written; free "
+                               "space and run the ingest again", reason=exc.reason) from None
     if not args.quiet:
         print(format_table(["file", "kind", "host", "lines", "events", "rows", "skipped", "status"],
                            [(r.path, r.kind, r.host, r.lines, r.events, r.rows, r.skipped,
