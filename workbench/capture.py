@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from types import FrameType, ModuleType
+from types import ModuleType
 from typing import Any
 
 import duckdb
@@ -50,7 +50,7 @@ from collectors._redact import redact_argv, redact_bytes
 from collectors.base import Artifact
 from workbench.bundle import Bundle, BundleError
 from workbench.derive import run_derivations
-from workbench.errors import GpuwbError, Terminated
+from workbench.errors import GpuwbError, as_interrupt, interrupt_for
 from workbench.ingest import FileResult, Session
 
 DEFAULT_MAX_BYTES = 256 << 20
@@ -435,42 +435,11 @@ def _signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
-class _StopWatch:
-    """Notes which stop signal arrived, for the duration of a capture. DuckDB turns the exception a
-    signal handler raises during a query into ``RuntimeError('Query interrupted')``, losing which
-    signal it was; the note keeps it. Only wraps handlers that are Python functions, in the main thread."""
-
-    def __init__(self) -> None:
-        self.seen: list[int] = []
-        self._before: dict[int, Any] = {}
-
-    def __enter__(self) -> _StopWatch:
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            for signum in STOP_SIGNALS:
-                handler = signal.getsignal(signum)
-                if callable(handler):
-                    self._before[signum] = signal.signal(signum, self._noting(handler))
-        return self
-
-    def _noting(self, handler: Callable[[int, FrameType | None], Any]) -> Callable[[int, FrameType | None], Any]:
-        def noted(signum: int, frame: FrameType | None) -> Any:
-            self.seen.append(signum)
-            return handler(signum, frame)
-        return noted
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self._before.items():
-            signal.signal(signum, handler)
-
-    def stop_signal(self, exc: BaseException) -> int | None:
-        """The signal ``exc`` stands for (a KeyboardInterrupt, or DuckDB's interrupted query), else None."""
-        if isinstance(exc, KeyboardInterrupt):
-            return int(getattr(exc, "signum", signal.SIGINT))
-        if self.seen and isinstance(exc, (RuntimeError, duckdb.InterruptException)) and "interrupt" in str(exc).lower():
-            return self.seen[-1]
-        return None
+def _stop_signal(exc: BaseException) -> int | None:
+    """The stop signal ``exc`` stands for (an interrupt, or DuckDB's interrupted query: see
+    :func:`workbench.errors.as_interrupt`), else None."""
+    interrupt = as_interrupt(exc)
+    return None if interrupt is None else int(getattr(interrupt, "signum", signal.SIGINT))
 
 
 def _stopped_text(signum: int) -> str:
@@ -554,38 +523,36 @@ def capture(output: str | os.PathLike[str], *, since: datetime | None = None,
     outcomes: dict[str, CollectorOutcome] = {}
     stopped: int | None = None
     keep_evidence = False
-    with _StopWatch() as watch:
+    try:
         try:
-            try:
-                _run_children(modules, spool_root, host, since, options, redact, timeout_scale, outcomes, progress,
-                              watch)
-            except KeyboardInterrupt as exc:
-                stopped = watch.stop_signal(exc)
-                _say(f"gpuwb: {_stopped_text(stopped or signal.SIGINT)}; saving what was captured so far")
-            for stale in (partial, wal):
-                stale.unlink(missing_ok=True)
-            meta = {"captured_on": host, "capture_started": started_at.isoformat(),
-                    "since": since.isoformat() if since else ""}
-            stopped = _write(partial, modules, outcomes, spool_root, host, redact, started_at,
-                             title or f"capture of {host}", meta, stopped, watch)
-            _install(partial, output)
-        except BaseException as exc:
-            signum = watch.stop_signal(exc)
-            if signum is not None:  # stopped again while the bundle was being finished: out now
-                partial.unlink(missing_ok=True)
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
-                raise (Terminated(signum) if signum != signal.SIGINT else KeyboardInterrupt()) from None
-            keep_evidence = True
-            line = _kept_line(output, partial, wal, spool_root, exc)
-            if isinstance(exc, (OSError, duckdb.Error, BundleError, _NotDurable)):
-                raise CaptureWriteError(line) from None
-            _say(f"gpuwb: {line}")  # a bug: the CLI reports it; the evidence is not lost with it
-            raise
-        finally:
-            if not keep_evidence:
-                shutil.rmtree(spool_root, ignore_errors=True)
-                wal.unlink(missing_ok=True)
+            _run_children(modules, spool_root, host, since, options, redact, timeout_scale, outcomes, progress)
+        except KeyboardInterrupt as exc:
+            stopped = _stop_signal(exc)
+            _say(f"gpuwb: {_stopped_text(stopped or signal.SIGINT)}; saving what was captured so far")
+        for stale in (partial, wal):
+            stale.unlink(missing_ok=True)
+        meta = {"captured_on": host, "capture_started": started_at.isoformat(),
+                "since": since.isoformat() if since else ""}
+        stopped = _write(partial, modules, outcomes, spool_root, host, redact, started_at,
+                         title or f"capture of {host}", meta, stopped)
+        _install(partial, output)
+    except BaseException as exc:
+        signum = _stop_signal(exc)
+        if signum is not None:  # stopped again while the bundle was being finished: out now
+            partial.unlink(missing_ok=True)
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise interrupt_for(signum) from None
+        keep_evidence = True
+        line = _kept_line(output, partial, wal, spool_root, exc)
+        if isinstance(exc, (OSError, duckdb.Error, BundleError, _NotDurable)):
+            raise CaptureWriteError(line) from None
+        _say(f"gpuwb: {line}")  # a bug: the CLI reports it; the evidence is not lost with it
+        raise
+    finally:
+        if not keep_evidence:
+            shutil.rmtree(spool_root, ignore_errors=True)
+            wal.unlink(missing_ok=True)
     return CaptureResult(output, [outcomes[m.NAME] for m in modules], stopped is None, stopped)
 
 
@@ -594,8 +561,8 @@ class _NotDurable(Exception):
 
 
 def _write(partial: Path, modules: list[ModuleType], outcomes: dict[str, CollectorOutcome], spool_root: Path,
-           host: str, redact: bool, started_at: datetime, title: str, meta: dict[str, str], stopped: int | None,
-           watch: _StopWatch) -> int | None:
+           host: str, redact: bool, started_at: datetime, title: str, meta: dict[str, str],
+           stopped: int | None) -> int | None:
     """Store the spool into a new bundle at ``partial``, seal it and check that it is on disk whole.
     A stop signal while storing ends the storing, not the bundle. Returns the signal that stopped the
     capture, if any."""
@@ -617,7 +584,7 @@ def _write(partial: Path, modules: list[ModuleType], outcomes: dict[str, Collect
                 recorded.add(module.NAME)
             run_derivations(bundle)
         except BaseException as exc:
-            signum = watch.stop_signal(exc)
+            signum = _stop_signal(exc)
             if signum is None:
                 raise
             stopped = stopped or signum
@@ -634,14 +601,11 @@ def _write(partial: Path, modules: list[ModuleType], outcomes: dict[str, Collect
             session.close()
         bundle.set_meta("complete", "true" if stopped is None else "false")
         digest = bundle.seal(complete=stopped is None)
-        # DuckDB keeps committed rows in BUNDLE.wal until a checkpoint, and a checkpoint that fails at
-        # close (a full disk) is not reported: ask for it here, where a failure raises
-        bundle.con.execute("CHECKPOINT")
     except BaseException:
         with contextlib.suppress(Exception):
             bundle.close()
         raise
-    bundle.close()
+    bundle.close()  # checkpoints: a failure (a full disk) raises BundleWriteError, the partial and its log kept
     _check_durable(partial, digest)
     return stopped
 
@@ -693,7 +657,7 @@ def _kept_line(output: Path, partial: Path, wal: Path, spool: Path, exc: BaseExc
 def _run_children(modules: list[ModuleType], spool_root: Path, host: str, since: datetime | None,
                   options: dict[str, Any], redact: bool, timeout_scale: float,
                   outcomes: dict[str, CollectorOutcome],
-                  progress: Callable[[CollectorOutcome], None] | None, watch: _StopWatch) -> None:
+                  progress: Callable[[CollectorOutcome], None] | None) -> None:
     """Every collector in a forked child with its deadline. This process is a subreaper meanwhile, so
     whatever a collector started comes back to it when the collector dies, and is killed; on return
     (also by an interrupt) no process any collector started is left. Children this process had before
@@ -738,7 +702,7 @@ def _run_children(modules: list[ModuleType], spool_root: Path, host: str, since:
                     progress(outcome)
             time.sleep(0.02)
     except KeyboardInterrupt as exc:
-        reason = _stopped_text(watch.stop_signal(exc) or signal.SIGINT)
+        reason = _stopped_text(_stop_signal(exc) or signal.SIGINT)
         for name, (_, began, _) in running.items():
             outcomes[name] = CollectorOutcome(name, "timeout", reason, duration_s=round(time.monotonic() - began, 3))
         raise
