@@ -16,7 +16,7 @@ import pytest
 
 from tests.workbench.tui.conftest import Incident, Terminal, demo_incident, wait_for
 from workbench import journal, query, samples
-from workbench.bundle import Bundle
+from workbench.bundle import Bundle, BundleDamaged
 from workbench.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
 
@@ -101,12 +101,14 @@ def _drop(path: Path, table: str) -> None:
 
 @pytest.mark.parametrize("table", ["event", "gpu_sample", "journal", "artifact_chunk"])
 async def test_a_missing_table_is_one_line_on_the_screens_that_need_it(demo, tmp_path, table):
+    """A bundle missing a table is refused whole when the cockpit starts (``gpuwb open`` prints that line and
+    exits 2); one that loses it while open — every read is its own connection — says so on each screen."""
     path = tmp_path / "incident.duckdb"
     shutil.copyfile(demo.path, path)
-    _drop(path, table)
     app = Cockpit(SharedBundle(path, "alice"))
     async with app.run_test(size=(160, 50)) as pilot:
         await _settle(app, pilot)
+        _drop(path, table)
         await _visit_every_screen(app, pilot)
         if table == "artifact_chunk":
             e = next(e for h in demo.analysis.hypotheses for e in h.evidence if e.artifact)
@@ -117,6 +119,8 @@ async def test_a_missing_table_is_one_line_on_the_screens_that_need_it(demo, tmp
         assert any(table in line for line in said), said
         assert all("\n" not in line and "Traceback" not in line for line in said), said
     assert app.return_code in (None, 0)
+    with pytest.raises(BundleDamaged, match=f"table {table} is missing"):
+        SharedBundle(path, "alice")
 
 
 async def test_a_flipped_byte_is_one_line_wherever_it_is_read(demo, tmp_path):

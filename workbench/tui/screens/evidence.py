@@ -52,6 +52,9 @@ class EvidenceScreen(CockpitScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
+        # the lines have the keys from the start: should the first load fail (a damaged bundle), focus would
+        # otherwise fall to the hidden search box, which would swallow every key, the screen keys included
+        self.query_one("#lines", PlainTable).focus()
         self.watch(self.app, "evidence_target", self._on_target, init=True)
 
     def _on_target(self, target: tuple[str, int | None] | None) -> None:
