@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.integration.processes import stop_children
-from tests.integration.prometheus_server import free_port, log_tail
+from tests.integration.processes import free_port, http_get, spawn, stop_children, wait_until
 
 INTERVAL_S = 1.0
 """Scrape and rule evaluation interval."""
@@ -247,30 +246,9 @@ scrape_configs:
 
     # ----------------------------------------------------------------- helpers
     def _spawn(self, name: str, argv: list[str]) -> None:
-        out = open(self.log / f"{name}.log", "wb")
-        try:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        finally:
-            out.close()
-        self.procs.append((name, proc))
+        spawn(self.procs, self.log, name, argv)
 
     def wait(self, name: str, ready: Callable[[], bool], timeout: float = READY_TIMEOUT_S, what: str = "ready") -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for proc_name, proc in self.procs:
-                if proc.poll() is not None:
-                    raise StackError(f"{proc_name} exited with {proc.returncode}:\n"
-                                     f"{log_tail(self.log / f'{proc_name}.log')}")
-            if ready():
-                return
-            time.sleep(0.05)
-        raise StackError(f"{name}: not {what} after {timeout:.0f} s:\n{log_tail(self.log / f'{name}.log')}")
+        wait_until(self.procs, self.log, name, ready, timeout, StackError, what)
 
-    @staticmethod
-    def get(url: str) -> bytes | None:
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via a proxy
-        try:
-            with opener.open(url, timeout=2) as response:
-                return response.read()
-        except OSError:
-            return None
+    get = staticmethod(http_get)

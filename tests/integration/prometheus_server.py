@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.integration.processes import stop_children
+from tests.integration.processes import free_port, http_get, spawn, stop_children, wait_until
 
 READY_TIMEOUT_S = 10.0
 FIRST_SAMPLE_TIMEOUT_S = 20.0
@@ -33,12 +31,6 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 class PrometheusError(RuntimeError):
     """Prometheus or the exporter did not come up; the message carries the log tail."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def vllm_page(waiting: float, kv_usage: float = 0.42, ttft_buckets: tuple[float, ...] = (2, 5, 9, 10, 10)) -> str:
@@ -60,12 +52,6 @@ def vllm_page(waiting: float, kv_usage: float = 0.42, ttft_buckets: tuple[float,
               f"vllm:time_to_first_token_seconds_count{{{m}}} {ttft_buckets[-1]:.1f}"]
     return "\n".join(lines) + "\n"
 
-
-def log_tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"({path} unreadable)"
 
 
 @dataclass
@@ -141,30 +127,9 @@ class PrometheusServer:
 
     # ----------------------------------------------------------------- helpers
     def _spawn(self, name: str, argv: list[str]) -> None:
-        out = open(self.log / f"{name}.log", "wb")
-        try:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        finally:
-            out.close()
-        self.procs.append((name, proc))
+        spawn(self.procs, self.log, name, argv)
 
     def _wait(self, name: str, timeout: float, ready: Any) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for proc_name, proc in self.procs:
-                if proc.poll() is not None:
-                    raise PrometheusError(f"{proc_name} exited with {proc.returncode}:\n"
-                                          f"{log_tail(self.log / f'{proc_name}.log')}")
-            if ready():
-                return
-            time.sleep(0.1)
-        raise PrometheusError(f"{name} not ready after {timeout:.0f} s:\n{log_tail(self.log / f'{name}.log')}")
+        wait_until(self.procs, self.log, name, ready, timeout, PrometheusError, poll=0.1)
 
-    @staticmethod
-    def _get(url: str) -> bytes | None:
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via a proxy
-        try:
-            with opener.open(url, timeout=2) as response:
-                return response.read()
-        except OSError:
-            return None
+    _get = staticmethod(http_get)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.integration.processes import stop_children
+from tests.integration.processes import free_port, log_tail, stop_children
 
 NODE = "gpu-node-01"
 READY_TIMEOUT_S = 30.0
@@ -31,21 +30,6 @@ READY_TIMEOUT_S = 30.0
 
 class ClusterError(RuntimeError):
     """A daemon failed to start or a Slurm command failed; the message carries the log tail."""
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on now (slurmctld and slurmd bind all addresses)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-def log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return f"({path} unreadable)"
-    return "\n".join(text.splitlines()[-lines:])
 
 
 @dataclass

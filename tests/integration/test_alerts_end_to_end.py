@@ -35,7 +35,7 @@ import yaml
 
 from tests.conftest import ROOT, run_cli
 from tests.integration.alerting_stack import INTERVAL_S, AlertingStack
-from tests.integration.prometheus_server import free_port
+from tests.integration.processes import free_port
 from workbench import alert_replay, alert_rules
 from workbench.alert_replay import Expr
 from workbench.bundle import Bundle

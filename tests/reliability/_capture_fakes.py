@@ -97,7 +97,8 @@ def kill(pids: list[int]) -> None:
 
 
 # -- the fake collectors -------------------------------------------------------------------------
-def _module(name: str, capture, timeout: float) -> types.ModuleType:
+def fake_collector(name: str, capture, timeout: float = 5.0) -> types.ModuleType:
+    """A collector module with only a capture (its parse yields nothing), for capture's own tests."""
     module = types.ModuleType(f"fake_{name}")
     module.NAME = name
     module.LAYER = "gpu"
@@ -148,12 +149,13 @@ def _slow_parse(kind, stream, ctx) -> Iterator[object]:
 
 
 COLLECTORS = (
-    _module("quick", _quick, 10.0),
-    _module("spawns", _spawns_and_hangs, 60.0),
-    _module("starts", _starts_then_hangs, float(os.environ.get("GPUWB_TEST_TIMEOUT", "3"))),
-    _module("leaves", _daemon_left_behind, 30.0),
-    _module("bulky", _bulky, 30.0),
-    _module("slow", lambda ctx: iter([Artifact(source="slow", kind="slow_text", data=b"parsed slowly\n")]), 10.0),
+    fake_collector("quick", _quick, 10.0),
+    fake_collector("spawns", _spawns_and_hangs, 60.0),
+    fake_collector("starts", _starts_then_hangs, float(os.environ.get("GPUWB_TEST_TIMEOUT", "3"))),
+    fake_collector("leaves", _daemon_left_behind, 30.0),
+    fake_collector("bulky", _bulky, 30.0),
+    fake_collector("slow", lambda ctx: iter([Artifact(source="slow", kind="slow_text", data=b"parsed slowly\n")]),
+                   10.0),
 )
 COLLECTORS[-1].parse = _slow_parse
 

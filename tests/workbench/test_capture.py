@@ -7,7 +7,6 @@ import multiprocessing
 import os
 import signal
 import time
-import types
 from pathlib import Path
 
 import duckdb
@@ -15,20 +14,9 @@ import pytest
 
 from collectors import host, registry
 from collectors.base import Artifact
+from tests.reliability._capture_fakes import fake_collector
 from workbench.bundle import Bundle
 from workbench.capture import capture
-
-
-def _module(name: str, capture_fn, timeout: float = 5.0) -> types.ModuleType:
-    module = types.ModuleType(f"fake_{name}")
-    module.NAME = name
-    module.LAYER = "gpu"
-    module.KINDS = (f"{name}_text",)
-    module.TIMEOUT = timeout
-    module.PRIORITY = 50
-    module.capture = capture_fn
-    module.parse = lambda kind, stream, ctx: iter(())
-    return module
 
 
 def _quick(ctx):
@@ -53,7 +41,7 @@ def fake_collectors(monkeypatch):
 
 
 def test_hanging_collector_is_cut_off_while_others_complete(tmp_path, fake_collectors):
-    fake_collectors(_module("quick", _quick), _module("hangs", _hangs_after_one, timeout=1.0))
+    fake_collectors(fake_collector("quick", _quick), fake_collector("hangs", _hangs_after_one, timeout=1.0))
     began = time.monotonic()
     path, outcomes, complete = capture(tmp_path / "b.duckdb")
     elapsed = time.monotonic() - began
@@ -71,7 +59,7 @@ def test_hanging_collector_is_cut_off_while_others_complete(tmp_path, fake_colle
 
 
 def test_hanging_command_is_killed_and_recorded(tmp_path, fake_collectors):
-    fake_collectors(_module("cmd", _runs_hanging_command))
+    fake_collectors(fake_collector("cmd", _runs_hanging_command))
     path, outcomes, _ = capture(tmp_path / "b.duckdb")
     with Bundle.open(path) as bundle:
         info = json.loads(bundle.con.execute("SELECT info FROM artifact").fetchall()[0][0])
@@ -79,13 +67,14 @@ def test_hanging_command_is_killed_and_recorded(tmp_path, fake_collectors):
 
 
 def test_capture_writes_atomically_and_leaves_no_partial_file(tmp_path, fake_collectors):
-    fake_collectors(_module("quick", _quick))
+    fake_collectors(fake_collector("quick", _quick))
     capture(tmp_path / "b.duckdb")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.duckdb"]
 
 
 def _interrupted_capture(out: str, pid_file: str) -> None:
-    registry.all_collectors = lambda: (_module("quick", _quick), _module("hangs", _hangs_after_one, timeout=60))
+    registry.all_collectors = lambda: (fake_collector("quick", _quick),
+                                       fake_collector("hangs", _hangs_after_one, timeout=60))
     Path(pid_file).write_text(str(os.getpid()))
     try:
         capture(out)
@@ -147,7 +136,7 @@ def _prints_a_secret_and_hangs(ctx):
 
 
 def _interrupted_mid_command(out: str, ready: str) -> None:
-    registry.all_collectors = lambda: (_module("secret", _prints_a_secret_and_hangs, timeout=60),)
+    registry.all_collectors = lambda: (fake_collector("secret", _prints_a_secret_and_hangs, timeout=60),)
     Path(ready).write_text("")
     result = capture(out)
     _, _, complete = result
