@@ -20,7 +20,6 @@ import io
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -35,7 +34,7 @@ import yaml
 
 from tests.conftest import ROOT, run_cli
 from tests.integration.alerting_stack import INTERVAL_S, AlertingStack
-from tests.integration.processes import free_port
+from tests.integration.processes import free_port, stop_children
 from workbench import alert_replay, alert_rules
 from workbench.alert_replay import Expr
 from workbench.bundle import Bundle
@@ -139,13 +138,7 @@ def recorder(out: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
             time.sleep(0.1)
         yield proc
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_children([("recorder", proc)])  # TERM, then KILL after 10 s
 
 
 def _status(out: Path) -> dict[str, Any]:

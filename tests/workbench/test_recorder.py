@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import run_cli
+from tests.integration.processes import stop_children
 from workbench.bundle import Bundle
 from workbench.recorder.ring import read_ring
 
@@ -61,13 +62,7 @@ def recorder(out: Path, log: Path, *extra: str) -> Iterator[subprocess.Popen[byt
         wait_for("the recorder's status file", lambda: status_of(out).get("pid") == proc.pid, timeout=20)
         yield proc
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_children([("recorder", proc)])  # TERM, then KILL after 10 s
         if proc.stdout:
             proc.stdout.close()
 
