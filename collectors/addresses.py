@@ -4,7 +4,7 @@ NCCL reports a failed InfiniBand completion against the peer's address (``Got co
 10.10.7.14<40312> with status=12``). NCCL's own init lines name each rank's address, but only with
 NCCL_DEBUG=INFO; without them, these are the files a responder has to tell whose address it is: the
 interface list of every host that still answers, and the cluster's hosts file for the ones that do not
-(a hung node cannot be asked). workbench/derivations/fabric_peers.py reads the facts written here:
+(a hung node cannot be asked). workbench/ingest/derivations/fabric_peers.py reads the facts written here:
 
 - ``net.addr.<ip>`` = interface, on the host the ``ip addr`` output came from
   (``2: ens3    inet 10.1.2.3/24 brd … scope global ens3``, or the multi-line form under

@@ -13,7 +13,7 @@ Deploy/config/model records are ``business`` unless they name the GPU stack.
 
 Package logs also say what is installed now: the last version of the driver, CUDA, NCCL, cuDNN
 packages a log shows becomes a host fact ``versions.driver`` / ``versions.cuda`` / ``versions.nccl``
-/ ``versions.cudnn`` (what ``workbench/derivations/version_skew.py`` compares across hosts).
+/ ``versions.cudnn`` (what ``workbench/ingest/derivations/version_skew.py`` compares across hosts).
 
 Times: dpkg and apt write local time without a zone, yum.log has no year; they are read as UTC and
 marked approximate (``ts_origin`` ``local_as_utc`` / ``syslog_noyear``); dnf.rpm.log carries its zone.

@@ -10,7 +10,7 @@ in any order, section by section; the interface a section belongs to comes from 
 interface or ``bus-info`` seen.
 
 Counters become ``series`` rows ``nic.<counter>`` (labels device, class error/congestion/traffic)
-so ``workbench/derivations/counter_deltas.py`` can flag counters that rose between captures.
+so ``workbench/ingest/derivations/counter_deltas.py`` can flag counters that rose between captures.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ is a point-in-time snapshot, so the events are about states and differences betw
 the same port: a sample that shows a port not Active, a port that changed state between samples,
 error counters that are non-zero or that rose. Live capture reads sysfs twice, a second apart, so
 a counter still rising during the incident shows up from one capture alone; two captures (or two
-handed-over files) of the same host are compared by ``workbench/derivations/counter_deltas.py``
+handed-over files) of the same host are compared by ``workbench/ingest/derivations/counter_deltas.py``
 through the ``series`` rows written here (``ib.<counter>``, labels device/port/class).
 
 Artifact kinds: ``ibstat``, ``ibstatus``, ``perfquery`` (plain or ``-x``), ``ib_sysfs`` (lines

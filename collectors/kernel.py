@@ -616,7 +616,7 @@ def _read_blocks(stream: BinaryIO) -> Iterator[_Block | None]:
 
 
 MAP_FILES = False
-"""Set by the parse worker (workbench/parse_worker.py): like any reader of a map, a parse would die of
+"""Set by the parse worker (workbench/ingest/parse_worker.py): like any reader of a map, a parse would die of
 SIGBUS if the file were truncated under it (a live log rotated with copytruncate), and only the worker's
 death is survivable: the ingest counts it and goes on, where a parse in the ingest process would take
 the whole run down. So the ingest process always reads."""

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from collectors.vocabulary import LAYER_TITLES, LAYERS  # noqa: E402
-from workbench.causes import load_causes  # noqa: E402
+from workbench.analysis.causes import load_causes  # noqa: E402
 
 _SENTENCE_END = re.compile(r"(?<=[a-z0-9)\"'])\.\s+(?=[A-Z(\"])")
 """A full stop after a word and before a capital: where a description's first sentence ends

@@ -8,7 +8,7 @@ import time
 
 from collectors.nvml import NvmlAdapter, load_nvml
 from tests.conftest import ROOT
-from workbench.bundle import Bundle
+from workbench.store.bundle import Bundle
 
 
 def _nvml_here() -> str | None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from tests.conftest import ROOT, run_cli
 from workbench import cli
-from workbench.bundle import Bundle
-from workbench.series import signals
+from workbench.analysis.series import signals
+from workbench.store.bundle import Bundle
 
 
 def _loaded_by(argv: list[str], watched: tuple[str, ...]) -> tuple[int, list[str]]:

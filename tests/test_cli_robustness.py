@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from tests.conftest import CORPUS, ROOT, run_cli
-from workbench.bundle import Bundle
+from workbench.store.bundle import Bundle
 
 KERNEL_LOG = CORPUS / "kernel" / "nvsentinel_155_fallen_off_bus_no_xid_dmesg.log"
 SYSLOG_LINE = ("2026-06-03T14:00:00+00:00 node01 kernel: NVRM: Xid (PCI:0000:19:00): 79, pid=1, "
@@ -244,7 +244,7 @@ def test_a_special_file_named_directly_is_refused_not_read(make, tmp_path, bundl
 def test_unreadable_file_is_reported_and_the_rest_lands(tmp_path, bundle_path, monkeypatch):
     import builtins
 
-    import workbench.ingest
+    import workbench.ingest.session
 
     folder = tmp_path / "node01"
     folder.mkdir()
@@ -256,7 +256,7 @@ def test_unreadable_file_is_reported_and_the_rest_lands(tmp_path, bundle_path, m
             raise PermissionError(13, "Permission denied", str(file))
         return builtins.open(file, *args, **kwargs)
 
-    monkeypatch.setattr(workbench.ingest, "open", guarded_open, raising=False)
+    monkeypatch.setattr(workbench.ingest.session, "open", guarded_open, raising=False)
     monkeypatch.chdir(tmp_path)  # short names in the summary table
     code, out, err = run_cli("ingest", bundle_path, "node01")
     assert code == 0, err
@@ -288,14 +288,14 @@ def test_corrupt_zip_member_is_reported_and_its_neighbours_land(tmp_path, bundle
 def test_interrupted_ingest_keeps_committed_files_and_still_verifies(tmp_path, bundle_path, monkeypatch):
     """Ctrl-C in the middle: the group in flight is rolled back, earlier groups stay and are sealed
     (incomplete); running the same ingest again adds the rest and seals complete."""
-    import workbench.ingest
-    from workbench.ingest import ingest_paths
+    import workbench.ingest.session
+    from workbench.ingest.session import ingest_paths
 
     folder = tmp_path / "node01"
     folder.mkdir()
     for i in range(4):
         (folder / f"f{i}.log").write_text(SYSLOG_LINE.replace("pid=1", f"pid={i}"))
-    monkeypatch.setattr(workbench.ingest, "BATCH_BYTES", 1)  # commit after every file
+    monkeypatch.setattr(workbench.ingest.session, "BATCH_BYTES", 1)  # commit after every file
     original = Bundle.add_artifact
 
     def interrupted(self, stream, **kwargs):
@@ -615,9 +615,9 @@ def test_archives_inside_an_archive_are_unpacked(tmp_path, monkeypatch):
 def test_a_bomb_inside_an_archive_is_refused_and_its_neighbours_land(tmp_path, monkeypatch):
     import zipfile
 
-    import workbench.ingest
+    import workbench.ingest.session
 
-    monkeypatch.setattr(workbench.ingest, "MAX_ARCHIVE_BYTES", 1 << 20)  # a 1 MiB budget stands in for 32 GiB
+    monkeypatch.setattr(workbench.ingest.session, "MAX_ARCHIVE_BYTES", 1 << 20)  # a 1 MiB budget stands in for 32 GiB
     bomb = tmp_path / "zeros.zip"
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("zeros.bin", b"\0" * (4 << 20))

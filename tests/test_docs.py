@@ -135,7 +135,7 @@ def test_docs_causes_md_is_what_the_catalog_generates() -> None:
 
 
 def test_the_causes_page_lists_every_cause_in_its_layer() -> None:
-    from workbench.causes import load_causes
+    from workbench.analysis.causes import load_causes
 
     text = (DOCS / "causes.md").read_text(encoding="utf-8")
     sections = dict(re.findall(r"^## [^\n]*\(`(\w+)`\)\n(.*?)(?=^## |\Z)", text, flags=re.S | re.M))

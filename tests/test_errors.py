@@ -11,13 +11,13 @@ import pytest
 
 import workbench.commands.verify
 from tests.conftest import run_cli
-from workbench.bundle import BundleError
-from workbench.causes import CatalogError
+from workbench.analysis.causes import CatalogError
+from workbench.analysis.playbook import PlaybookError
 from workbench.cli import EX_SOFTWARE
 from workbench.demo import DemoError
 from workbench.errors import GpuwbError, InputError, UsageError
-from workbench.ingest import IngestError
-from workbench.playbook import PlaybookError
+from workbench.ingest.session import IngestError
+from workbench.store.bundle import BundleError
 from workbench.timespec import parse_duration, parse_instant, parse_since
 
 LINE = re.compile(r"gpuwb: internal error: (?P<type>\w+): (?P<message>.*) \(traceback saved to (?P<path>.+)\)")

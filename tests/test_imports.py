@@ -89,15 +89,16 @@ def test_the_capture_code_path_loads_no_tui_report_or_analysis_library():
     code = ("from workbench.cli import build_parser\n"
             "args = build_parser().parse_args(['capture', '-o', 'x.duckdb', '--since', '1h'])\n"
             "assert args.command == 'capture'\n"
-            "import workbench.capture, workbench.commands.capture\n"
+            "import workbench.capture.live, workbench.commands.capture\n"
             "from collectors import registry\n"
             "assert registry.all_collectors()\n")
     assert loaded_after(code, CAPTURE_MUST_NOT_LOAD) == []
 
 
 PARSER_MUST_NOT_LOAD = ("duckdb", "pyarrow", "numpy", "pandas", "jinja2", "yaml", "textual")
-PARSER_MUST_NOT_LOAD_MODULES = ("workbench.bundle", "workbench.analysis", "workbench.report", "workbench.history",
-                                "workbench.ingest", "workbench.capture", "workbench.merge", "workbench.query")
+PARSER_MUST_NOT_LOAD_MODULES = ("workbench.store.bundle", "workbench.analysis.engine", "workbench.postmortem.report",
+                                "workbench.fleet.history", "workbench.ingest.session", "workbench.capture.live",
+                                "workbench.ingest.merge", "workbench.query.events")
 
 
 def test_building_the_parser_loads_no_bundle_storage_or_analysis():
@@ -116,9 +117,9 @@ def test_building_the_parser_loads_no_bundle_storage_or_analysis():
 
 
 def test_the_report_command_offers_the_formats_the_report_writes():
-    """The command spells the formats out so that its parser does not load workbench.report."""
+    """The command spells the formats out so that its parser does not load workbench.postmortem.report."""
     from workbench.commands.report import FORMATS
-    from workbench.report import FORMATS as WRITTEN
+    from workbench.postmortem.report import FORMATS as WRITTEN
 
     assert FORMATS == WRITTEN
 

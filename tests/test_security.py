@@ -13,8 +13,8 @@ import pytest
 
 from collectors._redact import MASK, redact_bytes, redact_env, secret_name
 from tests.conftest import ROOT, run_cli
-from workbench import journal
-from workbench.bundle import Bundle
+from workbench.store import journal
+from workbench.store.bundle import Bundle
 
 SOURCE_DIRS = ("workbench", "collectors", "playbooks")
 
@@ -307,7 +307,7 @@ def test_escape_sequences_survive_in_json_as_escapes(escapes):
 def test_capture_provenance_is_scrubbed_too(tmp_path):
     """Coverage reasons and artifact metadata are stored beside the bytes; a secret there is masked too."""
     from collectors.base import Artifact
-    from workbench.capture import LiveContext
+    from workbench.capture.live import LiveContext
 
     ctx = LiveContext(tmp_path, "node01", None, {}, True)
     ctx.missing("http://scraper:s3cr3t@prom:9090/metrics", "HTTP 401 Unauthorized")

@@ -25,9 +25,9 @@ from collectors.vocabulary import (
     problems,
 )
 from tests.conftest import CORPUS, ROOT
-from workbench.bundle import Bundle
 from workbench.demo import SCENARIOS as DEMOS
-from workbench.ingest import ingest_paths
+from workbench.ingest.session import ingest_paths
+from workbench.store.bundle import Bundle
 
 SCENARIOS = ROOT / "tests" / "scenarios"
 EMITTERS = sorted((ROOT / "collectors").glob("*.py")) + sorted((ROOT / "workbench" / "derivations").glob("*.py"))

@@ -142,7 +142,7 @@ def _storage_message(exc: Exception, args: argparse.Namespace) -> str | None:
     checksum fails, a table gone). None for anything else, which is a bug. Looked up in sys.modules, not
     imported: commands that never open a bundle (--help, --version, capture's parser) must not load DuckDB."""
     duckdb = sys.modules.get("duckdb")
-    bundle = sys.modules.get("workbench.bundle")
+    bundle = sys.modules.get("workbench.store.bundle")
     if duckdb is None or bundle is None or not isinstance(exc, duckdb.Error):
         return None
     path = getattr(args, "bundle", None) or getattr(args, "into", None) or getattr(args, "out", None) or "the bundle"
@@ -160,7 +160,7 @@ def _storage_message(exc: Exception, args: argparse.Namespace) -> str | None:
 
 def _missing_table(line: str) -> bool:
     """DuckDB's "Table with name X does not exist" for one of a bundle's own tables."""
-    from workbench.schema import TABLES
+    from workbench.store.schema import TABLES
 
     return any(line.startswith(f"Catalog Error: Table with name {table} does not exist") for table in TABLES)
 

@@ -7,7 +7,7 @@ import io
 
 from collectors import addresses
 from collectors.base import HostFact, ParseContext
-from workbench.derivations.fabric_peers import _known_name
+from workbench.ingest.derivations.fabric_peers import _known_name
 
 IP_ADDR = """\
 1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN group default qlen 1000

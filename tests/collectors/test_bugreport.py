@@ -20,7 +20,7 @@ import pytest
 from collectors import bugreport, registry
 from collectors.base import Event, GpuInventory, HostFact, ParseContext, Skipped
 from tests.conftest import ingest_timeline
-from workbench.bundle import Bundle
+from workbench.store.bundle import Bundle
 
 REPORT = Path(__file__).resolve().parents[1] / "data" / "nvml" / "nvidia-bug-report_xid79_fallen_off_bus.log"
 LINES = REPORT.read_text().splitlines()

@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 import pytest
 
 from collectors.host import parse_date_output
-from workbench.bundle import Bundle
-from workbench.ingest import ingest_paths
+from workbench.ingest.session import ingest_paths
+from workbench.store.bundle import Bundle
 
 
 def _boot(bundle_path, files: dict[str, str]) -> dict[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from collectors._hostlist import MAX_HOSTS, expand_hostlist, split_hostlist
-from workbench.hypotheses import expand_hostlist as symptom_nodes
+from workbench.analysis.hypotheses import expand_hostlist as symptom_nodes
 
 
 @pytest.mark.parametrize(("text", "hosts"), [

@@ -295,7 +295,7 @@ def test_corpus_file_matches_its_labels(path, tmp_path):
 
 def test_corpus_driver_versions_reach_host_inventory(tmp_path):
     """A driver version in the text (``loading NVIDIA UNIX ... Kernel Module 570.158.01``) is a host fact."""
-    from workbench.bundle import Bundle
+    from workbench.store.bundle import Bundle
 
     path = next(p for p in KERNEL_FILES if "loading NVIDIA" in (CORPUS / p).read_text())
     events = ingest_timeline(tmp_path / "b.duckdb", CORPUS / path)
@@ -596,8 +596,8 @@ def test_capture_reports_denied_dmesg(tmp_path, monkeypatch):
 
 def test_live_capture_on_this_host(tmp_path):
     """The real collector in the real capture path: it finishes and its artifacts parse."""
-    from workbench.bundle import Bundle
-    from workbench.capture import capture
+    from workbench.capture.live import capture
+    from workbench.store.bundle import Bundle
 
     out, outcomes, complete = capture(tmp_path / "c.duckdb", only=["kernel"],
                                       since=datetime.now(timezone.utc) - timedelta(days=3650))

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from collectors import nccl
 from collectors.base import Event, ParseContext, Topology
 from tests.conftest import CORPUS, run_cli
-from workbench.bundle import Bundle
+from workbench.store.bundle import Bundle
 
 
 def _topology(text: str, *, host: str | None = None, name: str = "") -> list[Topology]:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from collectors import metrics_csv, registry
 from collectors.base import ParseContext, SeriesPoint, Skipped
 from tests.conftest import ingest_timeline
-from workbench.bundle import Bundle
+from workbench.store.bundle import Bundle
 
 MTIME = datetime(2026, 11, 29, 22, 0, tzinfo=timezone.utc)
 

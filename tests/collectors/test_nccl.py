@@ -18,7 +18,7 @@ from collectors.base import Artifact, Event, HostFact, ParseContext, Skipped, To
 from collectors.vocabulary import problems
 from tests.conftest import CORPUS, corpus_files, corpus_index, ingest_timeline
 from tests.data.nccl_multirank import NCCL_VERSION, write_job
-from workbench.bundle import Bundle
+from workbench.store.bundle import Bundle
 
 NCCL_FILES = corpus_files("nccl")
 MTIME = datetime(2026, 11, 29, tzinfo=timezone.utc)
@@ -459,7 +459,7 @@ def test_capture_reads_matching_files_once(tmp_path):
 
 
 def test_live_capture_of_rank_logs(tmp_path):
-    from workbench.capture import capture
+    from workbench.capture.live import capture
 
     write_job(tmp_path / "logs", hosts=1, gpus_per_host=4, straggler=2)
     out, outcomes, complete = capture(tmp_path / "cap.duckdb", only=["nccl"],

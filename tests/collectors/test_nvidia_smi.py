@@ -21,7 +21,7 @@ import pytest
 from collectors import nvidia_smi, registry
 from collectors.base import Event, GpuInventory, GpuSample, ParseContext, Skipped, normalize_pci
 from tests.conftest import CORPUS, corpus_files, corpus_index, ingest_timeline
-from workbench.bundle import Bundle
+from workbench.store.bundle import Bundle
 
 FILES = corpus_files("nvml")
 CONTEXT = {"tool", "resolution", "server", "log"}
@@ -450,7 +450,7 @@ def _fake_nvidia_smi(folder: Path, xml_fails: bool) -> None:
 
 @pytest.mark.parametrize("xml_fails", [False, True], ids=["xml", "xml_fails_q_fallback"])
 def test_live_capture_runs_nvidia_smi(tmp_path, monkeypatch, xml_fails):
-    from workbench.capture import capture
+    from workbench.capture.live import capture
 
     _fake_nvidia_smi(tmp_path, xml_fails)
     monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
@@ -473,7 +473,7 @@ def test_live_capture_runs_nvidia_smi(tmp_path, monkeypatch, xml_fails):
 
 
 def test_live_capture_without_nvidia_smi_says_so(tmp_path, monkeypatch):
-    from workbench.capture import capture
+    from workbench.capture.live import capture
 
     monkeypatch.setenv("PATH", str(tmp_path))
     path, outcomes, _ = capture(tmp_path / "b.duckdb", only=["nvidia_smi"])

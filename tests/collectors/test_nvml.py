@@ -19,8 +19,8 @@ from collectors import nvml
 from collectors.base import Event, GpuInventory, GpuSample, ParseContext, Skipped
 from tests.conftest import run_cli
 from tests.nvml_replay import FakeNvml, nvml_error, recording
-from workbench.bundle import Bundle
-from workbench.capture import capture
+from workbench.capture.live import capture
+from workbench.store.bundle import Bundle
 
 
 def replay(rec: dict[str, Any], samples: int = 3) -> tuple[dict[str, Any], list]:

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from collectors import prometheus, registry
 from collectors.base import ParseContext, SeriesPoint, Skipped
 from tests.conftest import CORPUS, corpus_index, ingest_timeline, run_cli
-from workbench import series
-from workbench.bundle import Bundle
+from workbench.analysis import series
+from workbench.store.bundle import Bundle
 
 LATENCY_FILES = sorted(p for p in (CORPUS / "latency").iterdir())
 MTIME = datetime(2026, 11, 29, 22, 0, tzinfo=timezone.utc)

@@ -16,7 +16,7 @@ from collectors import vocabulary
 from collectors._framing import peel
 from collectors._signatures import CATALOG, SignatureError, catalog, load_signatures
 from tests.conftest import ingest_timeline
-from workbench.causes import load_causes
+from workbench.analysis.causes import load_causes
 
 SIGNATURES = load_signatures()
 SAMPLES = [(sig, sample) for sig in SIGNATURES for sample in sig.samples]

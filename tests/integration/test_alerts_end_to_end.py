@@ -35,10 +35,10 @@ import yaml
 from tests.conftest import ROOT, run_cli
 from tests.integration.alerting_stack import INTERVAL_S, AlertingStack
 from tests.integration.processes import free_port, stop_children
-from workbench import alert_replay, alert_rules
-from workbench.alert_replay import Expr
-from workbench.bundle import Bundle
-from workbench.recorder.metrics import event_labels
+from workbench.capture.recorder.metrics import event_labels
+from workbench.prevention import alert_replay, alert_rules
+from workbench.prevention.alert_replay import Expr
+from workbench.store.bundle import Bundle
 
 pytestmark = pytest.mark.integration
 
@@ -191,7 +191,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AlertingStack]:
 def demo(stack: AlertingStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Case]:
     """The training demo, its report's rules loaded, a recorder named node03 following its kernel log and
     slurmctld.log into node_exporter's textfile folder."""
-    from workbench.analysis import analyze
+    from workbench.analysis.engine import analyze
     from workbench.demo import SCENARIOS, prepare, run_scenario
 
     root = tmp_path_factory.mktemp("demo")
@@ -224,7 +224,7 @@ class Drills:
 def drills(stack: AlertingStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Drills]:
     """A drill of every cause with a log-counter rule, its report's rules loaded, one recorder following
     all their files on its /metrics port; then every drill's lines appended at once (one poll)."""
-    from workbench.drill import write
+    from workbench.prevention.drill import write
 
     root = tmp_path_factory.mktemp("drills")
     cases = {}

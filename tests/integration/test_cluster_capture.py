@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.integration.slurm_cluster import SlurmCluster, tools_missing
-from workbench.bundle import Bundle
+from workbench.store.bundle import Bundle
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.integration.slurm_cluster import SlurmCluster
-from workbench import isolation
-from workbench.isolation import Context, Place
+from workbench.prevention import isolation
+from workbench.prevention.isolation import Context, Place
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +90,7 @@ def test_a_reports_rules_drain_the_culprit_on_the_cluster_and_dry_run_only_print
     """A drill's GPU that fell off the bus, on the test cluster's node and a real held job: ``report
     --apply slurm --dry-run`` prints the commands and changes nothing; ``--apply slurm`` drains the node
     with gpuwb's reason (sinfo says so) and keeps the job off it."""
-    from workbench.drill import write
+    from workbench.prevention.drill import write
 
     c = slurm_cluster
     c.cmd(["scontrol", "update", f"NodeName={c.node}", "State=RESUME"], check=False)  # an earlier test drained it

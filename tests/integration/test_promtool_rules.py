@@ -16,7 +16,7 @@ import yaml
 
 from tests.conftest import run_cli
 from tests.scenarios.test_scenarios import FOLDERS, hand_over
-from workbench.analysis import analyze
+from workbench.analysis.engine import analyze
 from workbench.demo import SCENARIOS, prepare, run_scenario
 
 pytestmark = pytest.mark.integration
@@ -99,7 +99,7 @@ def test_promtool_fails_when_a_prediction_is_a_minute_early(demos, tmp_path: Pat
 
 def test_rules_with_scaled_holds_fire_when_their_test_says(tmp_path: Path):
     """--for-scale: promtool agrees with the replay on a 5 m hold made 3 s (one evaluation, not five)."""
-    from tests.workbench.test_alert_rules import TEMP_RULE, _temp_bundle
+    from tests.workbench.prevention.test_alert_rules import TEMP_RULE, _temp_bundle
 
     bundle = tmp_path / "hot.duckdb"
     _temp_bundle(bundle, [(m, 70.0) for m in range(100)] + [(m, 95.0) for m in range(100, 140)])

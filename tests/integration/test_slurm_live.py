@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import ROOT, run_cli
 from tests.integration.slurm_cluster import SlurmCluster
-from workbench.bundle import Bundle
+from workbench.store.bundle import Bundle
 
 pytestmark = pytest.mark.integration
 

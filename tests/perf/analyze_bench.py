@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from workbench.analysis import analyze
-from workbench.bundle import Bundle
+from workbench.analysis.engine import analyze
+from workbench.store.bundle import Bundle
 from workbench.table import format_table
 
 RANKS = 1024

@@ -129,8 +129,8 @@ def write_node(folder: Path, n: int, nodes: int) -> None:
 def node_bundle(where: Path, n: int, nodes: int) -> Path:
     """Node ``n``'s files ingested into ``where/HOST.duckdb`` (written under a hidden name, then renamed,
     so that a folder of bundles never holds a half-made one)."""
-    from workbench.bundle import Bundle
-    from workbench.ingest import ingest_paths
+    from workbench.ingest.session import ingest_paths
+    from workbench.store.bundle import Bundle
 
     host = host_name(n)
     out = where / f"{host}.duckdb"

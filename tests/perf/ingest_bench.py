@@ -20,7 +20,7 @@ The 512-rank NCCL set of tests/perf/nccl_bench.py (one file per rank) follows un
 With the row writer off Arrow (no pandas) and 10,000 rows parsed ahead: 2 GiB quiet log 447 -> 275-290 MB,
 200 MB metrics CSV 1,360 -> 347-348 MB peak RSS, the same seconds.
 
-With the parse worker (the parse on the second core, workbench/parse_worker.py), 1 GiB each, idle 2-core box,
+With the parse worker (the parse on the second core, workbench/ingest/parse_worker.py), 1 GiB each, idle 2-core box,
 one run (MB/s, peak RSS of both processes): quiet gpuwb 274.9 / 263 MB, one core 165.7, lnav 238.5;
 noisy gpuwb 311.9 / 244 MB, one core 184.6, lnav 314.5 (three more pairs: gpuwb 309-314, lnav 310-315);
 512 NCCL rank logs gpuwb 220.9 / 258 MB, one core 143.9, lnav 615.0.
@@ -95,7 +95,7 @@ def grep_pattern() -> str:
 
 
 def store_only(path: Path, tmp: Path) -> float:
-    from workbench.bundle import Bundle
+    from workbench.store.bundle import Bundle
 
     target = tmp / f"store-only-{path.stem}.duckdb"
     began = time.perf_counter()

@@ -98,7 +98,7 @@ async def _cockpit(path: Path, culprit: str) -> dict[str, object]:
     then the GPUs screen until its table is filled."""
     from textual.widgets import DataTable, Static
 
-    from workbench.shared_bundle import SharedBundle
+    from workbench.store.shared_bundle import SharedBundle
     from workbench.tui.app import Cockpit
 
     async def until(pilot, condition, what: str) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from workbench import bundle
+from workbench.store import bundle
 
 
 def _plain_connect(path: Path) -> duckdb.DuckDBPyConnection:
@@ -20,7 +20,7 @@ def _plain_connect(path: Path) -> duckdb.DuckDBPyConnection:
 
 
 def use_old_layout() -> None:
-    """Patch this process's workbench.bundle back to the former storage settings."""
+    """Patch this process's workbench.store.bundle back to the former storage settings."""
     bundle.CHUNK_BYTES = bundle.MAX_CHUNK_BYTES = bundle.STORE_BATCH_BYTES = 4 << 20
     bundle.RowWriter.LIST_SLICE = bundle.RowWriter.BATCH = 50_000
     bundle._connect_writable = _plain_connect

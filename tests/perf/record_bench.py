@@ -31,8 +31,8 @@ def serve(config_json: str) -> int:
     """The recorder under test, with NVML replayed (this is the process being measured)."""
     sys.path.insert(0, str(ROOT))
     from tests.nvml_replay import FakeNvml
-    from workbench.recorder.config import RecorderConfig
-    from workbench.recorder.daemon import Recorder
+    from workbench.capture.recorder.config import RecorderConfig
+    from workbench.capture.recorder.daemon import Recorder
 
     recording = {**json.loads(RECORDING.read_text()), "events": []}  # steady state: no Xid to freeze on
     return Recorder(RecorderConfig.from_json(config_json), nvml_loader=lambda: FakeNvml(recording)).run()
@@ -118,8 +118,8 @@ def main() -> int:
     if args.serve:
         return serve(args.serve)
     sys.path.insert(0, str(ROOT))
-    from workbench.recorder.config import RecorderConfig
-    from workbench.recorder.ring import read_ring
+    from workbench.capture.recorder.config import RecorderConfig
+    from workbench.capture.recorder.ring import read_ring
     from workbench.table import format_table
 
     with tempfile.TemporaryDirectory(prefix="gpuwb-record-bench-") as tmp:

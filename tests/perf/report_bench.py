@@ -18,8 +18,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from workbench import report
-from workbench.bundle import Bundle
+from workbench.postmortem import report
+from workbench.store.bundle import Bundle
 
 T0 = datetime(2026, 3, 14, 8, 0, 0)
 HOSTS = 64
@@ -80,7 +80,7 @@ def timed(fn) -> tuple[float, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=1_000_000, help="events in the bundle (default 1M)")
-    parser.add_argument("--with-engine", action="store_true", help="also time workbench.analysis.analyze")
+    parser.add_argument("--with-engine", action="store_true", help="also time workbench.analysis.engine.analyze")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.duckdb"
@@ -100,7 +100,7 @@ def main() -> None:
                      ("render HTML", html_s, f"{len(html) / 1024:.0f} KiB"),
                      ("report md+html total", model_s + md_s + html_s, "")]
             if args.with_engine:
-                from workbench.analysis import analyze
+                from workbench.analysis.engine import analyze
 
                 engine_s, _ = timed(lambda: analyze(bundle))
                 rows.append(("engine: analyze (for reference)", engine_s, ""))

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from analyze_bench import build  # noqa: E402  (the shared bulk builder beside this file)
 
 from workbench import query  # noqa: E402
-from workbench.bundle import Bundle  # noqa: E402
-from workbench.shared_bundle import SharedBundle  # noqa: E402
+from workbench.store.bundle import Bundle  # noqa: E402
+from workbench.store.shared_bundle import SharedBundle  # noqa: E402
 from workbench.table import format_table  # noqa: E402
 from workbench.tui.app import Cockpit  # noqa: E402
 from workbench.tui.screens.timeline import WINDOW_AFTER, WINDOW_BEFORE  # noqa: E402

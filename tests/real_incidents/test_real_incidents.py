@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from tests.conftest import run_cli
-from workbench.causes import load_causes
+from workbench.analysis.causes import load_causes
 
 HERE = Path(__file__).resolve().parent
 CASES = sorted(p for p in HERE.iterdir() if (p / "case.yaml").is_file())

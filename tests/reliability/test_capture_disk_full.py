@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.test_capture_processes import _capture
-from workbench.bundle import Bundle
+from workbench.store.bundle import Bundle
 
 DISK = 4 << 20
 CASES = {"checkpoint_fails": 5 << 19, "commit_fails": 6 << 20}

@@ -16,7 +16,7 @@ import pytest
 
 from tests.reliability._capture_fakes import alive, install_spawner, kill, read_pids
 from tests.reliability.conftest import ROOT
-from workbench.bundle import Bundle
+from workbench.store.bundle import Bundle
 
 SPAWNED = 4
 """The spawner itself, two children in sessions of their own, one daemon."""
@@ -97,8 +97,8 @@ def test_nothing_survives_the_recorders_capture_cut_off_at_its_timeout(tmp_path:
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """``gpuwb record`` runs the one-shot capture with a time limit; before, at the limit it killed the
     capture's process group, which neither the collectors (sessions of their own) nor their commands are in."""
-    from workbench.recorder.config import RecorderConfig
-    from workbench.recorder.freeze import run_capture
+    from workbench.capture.recorder.config import RecorderConfig
+    from workbench.capture.recorder.freeze import run_capture
 
     for key, value in _env(tmp_path, GPUWB_TEST_ONLY="spawns").items():
         monkeypatch.setenv(key, value)

@@ -12,7 +12,7 @@ import pytest
 
 from tests.reliability._capture_fakes import alive, kill, read_pids
 from tests.reliability.test_capture_processes import SPAWNED, _capture
-from workbench.bundle import Bundle
+from workbench.store.bundle import Bundle
 
 SIGNALS = [(signal.SIGTERM, 143), (signal.SIGHUP, 129)]
 

@@ -19,9 +19,9 @@ import pytest
 from collectors import registry
 from collectors.base import Artifact
 from tests.reliability._capture_fakes import alive, kill, read_pids
-from workbench.bundle import Bundle
-from workbench.capture import LiveContext, capture, spool_margin
+from workbench.capture.live import LiveContext, capture, spool_margin
 from workbench.cli import build_parser
+from workbench.store.bundle import Bundle
 
 
 class _Recording:

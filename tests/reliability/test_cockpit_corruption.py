@@ -15,9 +15,11 @@ import duckdb
 import pytest
 
 from tests.workbench.tui.conftest import Incident, Terminal, demo_incident, wait_for
-from workbench import journal, query, samples
-from workbench.bundle import Bundle, BundleDamaged
-from workbench.shared_bundle import SharedBundle
+from workbench.query import events as query
+from workbench.query import samples
+from workbench.store import journal
+from workbench.store.bundle import Bundle, BundleDamaged
+from workbench.store.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
 
 BLOCK = 256 << 10

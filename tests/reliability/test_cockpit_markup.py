@@ -23,14 +23,14 @@ from textual.content import Content
 from textual.widgets._data_table import default_cell_formatter  # what a table does with a cell
 
 from tests.workbench.tui.conftest import wait_for
-from workbench import journal
-from workbench.analysis import analyze
-from workbench.bundle import Bundle
+from workbench.analysis.engine import analyze
+from workbench.analysis.findings import Analysis
+from workbench.analysis.playbook_review import check_rows
 from workbench.demo import inference, training
-from workbench.findings import Analysis
-from workbench.ingest import ingest_paths
-from workbench.playbook_review import check_rows
-from workbench.shared_bundle import SharedBundle
+from workbench.ingest.session import ingest_paths
+from workbench.store import journal
+from workbench.store.bundle import Bundle
+from workbench.store.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
 from workbench.tui.screens.playbook import Node
 from workbench.tui.text import clip, plain

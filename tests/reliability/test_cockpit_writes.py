@@ -23,9 +23,9 @@ import pytest
 
 from tests.reliability.conftest import ROOT
 from tests.workbench.tui.conftest import Incident, Terminal, demo_incident, type_text, wait_for
-from workbench import journal
-from workbench.bundle import Bundle, BundleBusy
-from workbench.shared_bundle import SharedBundle
+from workbench.store import journal
+from workbench.store.bundle import Bundle, BundleBusy
+from workbench.store.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
 from workbench.tui.dialogs import NoteDialog
 from workbench.tui.widgets import PlainStatic
@@ -35,7 +35,7 @@ HOLD_S = 8.0
 HOLDER = textwrap.dedent("""
     import sys, time
     from datetime import datetime, timezone
-    from workbench.bundle import Bundle, BundleBusy
+    from workbench.store.bundle import Bundle, BundleBusy
     for _ in range(600):  # the cockpit may be in the middle of one of its short reads
         try:
             bundle = Bundle.open(sys.argv[1], write=True)

@@ -14,8 +14,8 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.reliability.conftest import gpuwb
-from workbench import ingest
-from workbench.bundle import Bundle
+from workbench.ingest import session as ingest
+from workbench.store.bundle import Bundle
 
 
 def _sealed_bundle(folder: Path) -> tuple[Path, str]:

@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.reliability.conftest import ROOT
-from workbench.bundle import Bundle
+from workbench.store.bundle import Bundle
 
 FILES = 1500
 """Enough that the run is far from done when its first group (about 256 files) is committed."""

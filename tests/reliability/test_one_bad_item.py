@@ -27,8 +27,8 @@ import pytest
 from collectors import k8s, nvidia_smi, prometheus, slurm
 from collectors.base import Event, GpuInventory, ParseContext, SeriesPoint, Skipped
 from tests.conftest import CORPUS
-from workbench.bundle import Bundle
-from workbench.ingest import FileResult, ingest_paths
+from workbench.ingest.session import FileResult, ingest_paths
+from workbench.store.bundle import Bundle
 
 MTIME = datetime(2020, 5, 30, 10, 0, tzinfo=timezone.utc)
 

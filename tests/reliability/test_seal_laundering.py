@@ -15,8 +15,8 @@ import duckdb
 import pytest
 
 from tests.conftest import run_cli
-from workbench import schema
-from workbench.bundle import Bundle
+from workbench.store import schema
+from workbench.store.bundle import Bundle
 
 DMESG = b"[  12.5] NVRM: Xid (PCI:0000:19:00): 79, pid=1, GPU has fallen off the bus.\n"
 SYSLOG = b"Mar 14 10:00:01 node01 kernel: hello\n"

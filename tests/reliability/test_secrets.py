@@ -32,8 +32,8 @@ from collectors import registry
 from collectors._redact import MASK, redact_argv, redact_bytes, redact_env
 from collectors.base import Artifact
 from tests.reliability.conftest import ROOT, gpuwb
-from workbench.bundle import Bundle
-from workbench.capture import LiveContext, capture
+from workbench.capture.live import LiveContext, capture
+from workbench.store.bundle import Bundle
 
 WORD = string.ascii_letters + string.digits + "-_.+~^%=!"
 """What a secret given as one unquoted word may hold (docs/data-flow.md: a value ends at whitespace, a

@@ -15,7 +15,7 @@ import duckdb
 import pytest
 
 from tests.conftest import run_cli
-from workbench.bundle import Bundle
+from workbench.store.bundle import Bundle
 
 HEADER_BYTES = 3 * 4096
 """DuckDB's file header and its two database headers, before block 0."""

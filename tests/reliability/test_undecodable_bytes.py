@@ -25,8 +25,8 @@ from collectors import k8s, nccl, nvidia_smi, prometheus, registry
 from collectors.base import Event, ParseContext, Skipped
 from tests.conftest import CORPUS
 from tests.reliability.test_one_bad_item import corpus_events, corpus_matrix, event_list
-from workbench.bundle import Bundle
-from workbench.ingest import ingest_paths
+from workbench.ingest.session import ingest_paths
+from workbench.store.bundle import Bundle
 
 REFERENCE = datetime(2026, 12, 1, tzinfo=timezone.utc)
 INVALID = [b"\xff", b"\xfe\xfe", b"\xc3\x28", b"\x80", b"\x80\x81\x82", b"\xe2\x82", b"\xed\xa0\x80",

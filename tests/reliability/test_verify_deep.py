@@ -10,7 +10,7 @@ import duckdb
 import pytest
 
 from tests.conftest import run_cli
-from workbench.bundle import Bundle
+from workbench.store.bundle import Bundle
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 

@@ -3,7 +3,7 @@
 Every shape names where it was copied from: a file of the real-log corpus (tests/corpus, each file's
 public source in its INDEX.tsv) or a public URL where the tool printed it. The words inside a line are
 the scenario's; the shape around them (stamps, prefixes, field order, separators) is the tool's.
-The shapes the drill writes too come from workbench.drill.lines (one writer for both); the ones
+The shapes the drill writes too come from workbench.prevention.drill.lines (one writer for both); the ones
 only the scenarios use are here. tests/scenarios/test_formats.py checks each function's output
 against the real line it cites.
 """
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from workbench.drill import lines as drill_lines
-from workbench.drill.lines import (  # noqa: F401  (the scenarios import these shapes from here)
+from workbench.prevention.drill import lines as drill_lines
+from workbench.prevention.drill.lines import (  # noqa: F401  (the scenarios import these shapes from here)
     deepspeed_log,
     elastic,
     glog,
@@ -31,8 +31,8 @@ from workbench.drill.lines import (  # noqa: F401  (the scenarios import these s
     titan_step,
     watchdog,
 )
-from workbench.drill.lines import dmesg as raw  # noqa: F401
-from workbench.drill.lines import dmesg_ctime as ctime  # noqa: F401
+from workbench.prevention.drill.lines import dmesg as raw  # noqa: F401
+from workbench.prevention.drill.lines import dmesg_ctime as ctime  # noqa: F401
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS: dict[str, Callable[[Path], None]] = {}
@@ -68,7 +68,7 @@ def journal(when: datetime, host: str, text: str, ident: str = "kernel") -> str:
 
 def nccl_init(host: str, pid: int, rank: int, nranks: int, dev: int, bus: str, comm: str, version: str = "2.21.5+cuda12.4",
               ip: str = "10.10.0.1") -> list[str]:
-    """NCCL INFO init lines of one rank with the topology lines (workbench.drill.lines.nccl_init)."""
+    """NCCL INFO init lines of one rank with the topology lines (workbench.prevention.drill.lines.nccl_init)."""
     return drill_lines.nccl_init(host, pid, rank, nranks, dev, bus, comm, ip, version, topology=True)
 
 
@@ -88,7 +88,7 @@ def rendezvous(when: datetime, pid: int, group_rank: int, nodes: int, per_node: 
 
 
 def srun_labelled(per_task: dict[int, list[str]]) -> str:
-    """One ``srun -l`` output file (workbench.drill.lines.srun_labelled)."""
+    """One ``srun -l`` output file (workbench.prevention.drill.lines.srun_labelled)."""
     return "\n".join(drill_lines.srun_labelled(per_task)) + "\n"
 
 
@@ -116,7 +116,7 @@ def steps(start: datetime, first_step: int, count: int, every_s: float, loss: fl
 
 def deepspeed_steps(rank: int, start: datetime, onset: datetime, end: datetime, slow_rank: int, normal_s: float,
                     slow_s: float, every: int = 1000, batch: int = 64) -> list[str]:
-    """A DeepSpeed rank's step lines (workbench.drill.lines.deepspeed_steps), ``slow_rank`` slow from ``onset``."""
+    """A DeepSpeed rank's step lines (workbench.prevention.drill.lines.deepspeed_steps), ``slow_rank`` slow from ``onset``."""
     return drill_lines.deepspeed_steps(rank, start, end, normal_s, every, slow_rank=slow_rank, slow_from=onset,
                                  slow_s=slow_s, batch=batch)
 
@@ -129,7 +129,7 @@ def uptime_s(boot: datetime) -> str:
 def k8s_event(name: str, when: datetime, reason: str, message: str, kind: str, obj: str, namespace: str,
               node: str | None, typ: str = "Warning", count: int = 1, component: str = "kubelet",
               field_path: str | None = None) -> dict:
-    """One core/v1 Event (workbench.drill.lines.k8s_event) with the involved object's uid and a
+    """One core/v1 Event (workbench.prevention.drill.lines.k8s_event) with the involved object's uid and a
     resourceVersion, both made from the object and the count."""
     uid = f"6c1f{zlib.crc32(obj.encode()) % 10**8:08d}-0c1e-4a53-9a1d-5d2b6e8f1a{count:02d}"
     return drill_lines.k8s_event(name, when, reason, message, kind, obj, namespace, node, typ, count, component,
@@ -137,7 +137,7 @@ def k8s_event(name: str, when: datetime, reason: str, message: str, kind: str, o
 
 
 def prom(families: list[tuple[str, str, str, list[tuple[str, float]]]]) -> str:
-    """Prometheus text exposition with ints bare (workbench.drill.lines.prom)."""
+    """Prometheus text exposition with ints bare (workbench.prevention.drill.lines.prom)."""
     return drill_lines.prom(families, as_float=False)
 
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.conftest import run_cli
-from workbench.hypotheses import LOW_SCORE
+from workbench.analysis.hypotheses import LOW_SCORE
 
 HERE = Path(__file__).resolve().parent
 FOLDERS = sorted(p for p in HERE.iterdir() if (p / "expected.yaml").is_file())

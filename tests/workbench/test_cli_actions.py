@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.test_docs import documented_keys
-from workbench.bundle import Bundle
+from workbench.store.bundle import Bundle
 
 
 def _help(*words: str) -> str:

@@ -13,8 +13,8 @@ import html5lib
 import pytest
 
 from tests.conftest import run_cli
-from workbench.bundle import Bundle
 from workbench.demo import inference, training
+from workbench.store.bundle import Bundle
 
 # Runs the demo the way the README does, in a fresh interpreter, with every socket connection
 # refused (no network) and a check that the TUI library was never imported.

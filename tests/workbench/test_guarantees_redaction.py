@@ -15,8 +15,8 @@ import pytest
 
 from collectors import registry
 from collectors.base import Artifact
-from workbench.bundle import Bundle
-from workbench.capture import capture
+from workbench.capture.live import capture
+from workbench.store.bundle import Bundle
 
 HF = "hf_" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAB"
 GHP = "ghp_" + "0123456789abcdefghijABCDEFGHIJklmnopqr"

@@ -12,7 +12,7 @@ from workbench.errors import UsageError
 
 
 def test_a_bundle_opens_as_it_is(tmp_path):
-    from workbench.bundle import Bundle
+    from workbench.store.bundle import Bundle
 
     path = tmp_path / "incident.duckdb"
     Bundle.create(path).close()
@@ -38,7 +38,7 @@ def test_a_file_is_never_its_own_bundle(tmp_path):
 
 
 def test_without_a_terminal_it_says_so_in_one_line(tmp_path):
-    from workbench.bundle import Bundle
+    from workbench.store.bundle import Bundle
 
     path = tmp_path / "b.duckdb"
     Bundle.create(path).close()

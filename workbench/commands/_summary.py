@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workbench.bundle import Bundle
-from workbench.query import summary
+from workbench.query.events import summary
+from workbench.store.bundle import Bundle
 from workbench.table import format_table, printable
 
 

@@ -13,7 +13,7 @@ from workbench.commands._args import positive_int
 from workbench.table import printable
 
 if TYPE_CHECKING:
-    from workbench.findings import Analysis
+    from workbench.analysis.findings import Analysis
 
 NAME = "analyze"
 HELP = "playbook checks and ranked root-cause hypotheses"
@@ -33,12 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.analysis import analyze  # deferred: keeps `gpuwb --help` fast
-    from workbench.baseline import analysis_drift
-    from workbench.baseline import load as load_baseline
-    from workbench.bundle import Bundle
-    from workbench.findings import Analysis
-    from workbench.history import History, history_dir
+    from workbench.analysis.engine import analyze  # deferred: keeps `gpuwb --help` fast
+    from workbench.analysis.findings import Analysis
+    from workbench.fleet.history import History, history_dir
+    from workbench.prevention.baseline import analysis_drift
+    from workbench.prevention.baseline import load as load_baseline
+    from workbench.store.bundle import Bundle
 
     history = history_dir(args.history)
     catalog = History.open(history) if history else None  # a bad folder is refused before the analysis runs
@@ -61,7 +61,7 @@ _MARK = {"fault": "FAULT", "suspect": "suspect", "clear": "clear", "no_evidence"
 
 def render(result: Analysis, *, top: int = 5) -> str:
     """The analysis as a responder reads it in a terminal."""
-    from workbench.findings import iso
+    from workbench.analysis.findings import iso
 
     out: list[str] = []
     start, end = result.window
@@ -112,12 +112,12 @@ def render(result: Analysis, *, top: int = 5) -> str:
             loc = f"{(ev.artifact or '')[:8]}:{ev.line}" if ev.artifact else ev.source
             out.append(f"       {iso(ev.ts) or '?':<24} {ev.host or '-':<10} {ev.text[:90]}  [{loc}]")
     if "seen_before" in result.raw:
-        from workbench.history import seen_before_lines
+        from workbench.fleet.history import seen_before_lines
 
         out.append("")
         out.extend(seen_before_lines(result.raw["seen_before"]))
     if "baseline_drift" in result.raw:
-        from workbench.baseline import drift_lines
+        from workbench.prevention.baseline import drift_lines
 
         out.append("")
         out.extend(drift_lines(result.raw["baseline_drift"]))

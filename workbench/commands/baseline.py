@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from workbench.table import printable
 
 if TYPE_CHECKING:
-    from workbench.baseline import Comparison
+    from workbench.prevention.baseline import Comparison
 
 NAME = "baseline"
 HELP = "save a node's accepted state; show drift from it"
@@ -35,8 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench import baseline
-    from workbench.bundle import Bundle
+    from workbench.prevention import baseline
+    from workbench.store.bundle import Bundle
 
     if args.action == "save":
         with Bundle.open(args.bundle) as bundle:

@@ -21,7 +21,7 @@ from workbench.table import format_table
 from workbench.timespec import parse_since
 
 if TYPE_CHECKING:
-    from workbench.capture import CollectorOutcome
+    from workbench.capture.live import CollectorOutcome
 
 NAME = "capture"
 HELP = "capture evidence on this host into a bundle"
@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.capture import capture
+    from workbench.capture.live import capture
 
     since = parse_since(args.since)
     output = Path(args.output or f"incident-{_hostname()}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.duckdb")

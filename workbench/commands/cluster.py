@@ -27,7 +27,7 @@ from workbench.errors import UsageError
 from workbench.timespec import parse_since
 
 if TYPE_CHECKING:  # the cluster modules load DuckDB: imported when a sub-action runs, not to build the parser
-    from workbench.cluster.coverage import NodeResult
+    from workbench.capture.cluster.coverage import NodeResult
 
 NAME = "cluster"
 HELP = "capture every node of a Slurm job (srun, epilog) or a Kubernetes node set, with a coverage table"
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _capture(args: argparse.Namespace) -> tuple[list[NodeResult], dict[str, Any]]:
-    from workbench.cluster import slurm
+    from workbench.capture.cluster import slurm
 
     since = parse_since(args.since)
     if shutil.which("srun") is None:
@@ -123,8 +123,8 @@ def _capture(args: argparse.Namespace) -> tuple[list[NodeResult], dict[str, Any]
 
 
 def _collect(args: argparse.Namespace) -> tuple[list[NodeResult], dict[str, Any]]:
-    from workbench.cluster import slurm
-    from workbench.cluster.coverage import COVERAGE_BUNDLE, judge
+    from workbench.capture.cluster import slurm
+    from workbench.capture.cluster.coverage import COVERAGE_BUNDLE, judge
 
     folder = Path(args.out).resolve()
     if not (folder / "nodes").is_dir():
@@ -148,7 +148,7 @@ def _collect(args: argparse.Namespace) -> tuple[list[NodeResult], dict[str, Any]
 
 
 def _finish(args: argparse.Namespace, folder: Path, results: list[NodeResult], about: dict[str, Any]) -> int:
-    from workbench.cluster.coverage import (
+    from workbench.capture.cluster.coverage import (
         COVERAGE_BUNDLE,
         coverage_document,
         coverage_table,
@@ -174,7 +174,7 @@ def _finish(args: argparse.Namespace, folder: Path, results: list[NodeResult], a
         print("gpuwb: interrupted: the coverage is written, the merge is left out", file=sys.stderr)
         code = 130
     elif not args.no_merge:
-        from workbench.merge import merge_bundles
+        from workbench.ingest.merge import merge_bundles
 
         inputs = [r.bundle for r in results if r.bundle is not None] + [coverage_bundle]
         merged = merge_bundles(folder / "merged.duckdb", inputs, title=title)
@@ -204,8 +204,8 @@ def _progress(result: NodeResult) -> None:
 
 
 def _manifest(args: argparse.Namespace) -> None:
-    from workbench.cluster import slurm
-    from workbench.cluster.manifest import ManifestOptions, default_name, manifest_yaml
+    from workbench.capture.cluster import slurm
+    from workbench.capture.cluster.manifest import ManifestOptions, default_name, manifest_yaml
 
     if not args.nodes:
         raise UsageError("cluster manifest: --nodes LIST is required (the Kubernetes node names)")

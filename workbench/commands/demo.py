@@ -27,10 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Deferred: the demo pulls in the engine and the report, which `gpuwb --help` need not load.
-    from workbench.analysis import analyze
+    from workbench.analysis.engine import analyze
+    from workbench.analysis.findings import Analysis
     from workbench.commands.analyze import render
     from workbench.demo import SCENARIOS, prepare, run_scenario
-    from workbench.findings import Analysis
 
     out = Path(args.out)
     prepare(out)
@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _open_cockpit(result, author: str | None) -> int:
     """The first incident built, in the cockpit, with the analysis the demo already made."""
+    from workbench.analysis.findings import Analysis
     from workbench.commands.open import run_cockpit
-    from workbench.findings import Analysis
-    from workbench.shared_bundle import SharedBundle
+    from workbench.store.shared_bundle import SharedBundle
     from workbench.tui.app import Cockpit, default_author
 
     store = SharedBundle(result.bundle, author or default_author())

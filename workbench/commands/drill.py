@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"unexpected argument {args.bundle!r}; a drill takes one cause and -o DIR")
     if not args.out:
         raise UsageError("a drill needs -o DIR, the folder to write it to")
-    from workbench.drill import write  # deferred: keeps `gpuwb --help` fast
+    from workbench.prevention.drill import write  # deferred: keeps `gpuwb --help` fast
 
     written = write(args.target, args.workload, args.seed, Path(args.out), ingest=not args.no_ingest)
     out = Path(args.out)
@@ -72,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from workbench.causes import load_causes
-    from workbench.drill.registry import faults
+    from workbench.analysis.causes import load_causes
+    from workbench.prevention.drill.registry import faults
 
     known = faults()
     rows = [{"cause": cause, "layer": entry["layer"], "title": entry["title"],
@@ -90,8 +90,8 @@ def _list(args: argparse.Namespace) -> int:
 def _score(args: argparse.Namespace) -> int:
     if not args.bundle or not args.answer:
         raise UsageError("usage: gpuwb drill score BUNDLE --answer DIR")
-    from workbench.bundle import Bundle
-    from workbench.drill.score import load_answer, render, score
+    from workbench.prevention.drill.score import load_answer, render, score
+    from workbench.store.bundle import Bundle
 
     truth = load_answer(Path(args.answer))
     with Bundle.open(args.bundle) as bundle:

@@ -23,8 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.bundle import Bundle
-    from workbench.export import export_parquet, incident_key, read_back_counts
+    from workbench.postmortem.export import export_parquet, incident_key, read_back_counts
+    from workbench.store.bundle import Bundle
 
     target = Path(args.parquet)
     if target.exists() and not target.is_dir():

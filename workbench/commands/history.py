@@ -20,7 +20,7 @@ from workbench.timespec import parse_since
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from workbench.history import History, Offender
+    from workbench.fleet.history import History, Offender
 
 NAME = "history"
 HELP = "incident history across bundles: add incidents, list repeat offenders"
@@ -54,7 +54,7 @@ def _history_option(parser: argparse.ArgumentParser, child: bool = False) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.history import History, history_dir, least_incidents
+    from workbench.fleet.history import History, history_dir, least_incidents
 
     directory = history_dir(args.history)
     if not directory:
@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _add(history: History, bundles: list[str], *, as_json: bool = False) -> int:
     """One line per bundle; a bundle that cannot be read is named and the others are still filed."""
-    from workbench.bundle import Bundle, BundleError
-    from workbench.history import date_of, record_of
+    from workbench.fleet.history import date_of, record_of
+    from workbench.store.bundle import Bundle, BundleError
 
     filed: list[dict[str, object]] = []
     failed: list[dict[str, str]] = []
@@ -105,7 +105,7 @@ def _add(history: History, bundles: list[str], *, as_json: bool = False) -> int:
 
 def render(offenders: list[Offender], *, total: int, least: int, since: datetime | None = None) -> str:
     """Repeat offenders as a responder reads them: the GPU or host, then one line per incident."""
-    from workbench.history import date_of, xid_text
+    from workbench.fleet.history import date_of, xid_text
 
     window = f" since {since:%Y-%m-%d %H:%M}" if since else ""
     if not offenders:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from workbench.errors import UsageError
 
 if TYPE_CHECKING:
-    from workbench.merge import MergeResult
+    from workbench.ingest.merge import MergeResult
 
 NAME = "merge"
 HELP = "combine per-node bundles into one incident"
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.merge import merge_bundles, merge_into
+    from workbench.ingest.merge import merge_bundles, merge_into
 
     bundles = ([args.out] if args.out else []) + args.bundles
     if args.into:

@@ -21,7 +21,7 @@ EX_SOFTWARE = 70
 """The exit status of a bug, as the command line gives it (workbench/cli.py)."""
 
 if TYPE_CHECKING:
-    from workbench.shared_bundle import SharedBundle
+    from workbench.store.shared_bundle import SharedBundle
     from workbench.tui.app import Cockpit
 
 NAME = "open"
@@ -58,7 +58,7 @@ def _is_bundle(path: Path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.baseline import load as load_baseline
+    from workbench.prevention.baseline import load as load_baseline
     from workbench.tui.app import Cockpit, default_author
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
     path, ingest = bundle_for(args.paths, args.bundle)
     accepted = load_baseline(args.baseline) if args.baseline else None  # a bad file is refused before any ingest
     if ingest:
-        from workbench.bundle import Bundle
-        from workbench.ingest import check_inputs, ingest_paths
+        from workbench.ingest.session import check_inputs, ingest_paths
+        from workbench.store.bundle import Bundle
 
         check_inputs(args.paths, None)
         print(f"ingesting {len(args.paths)} path(s) into {path} ...", flush=True)
@@ -96,8 +96,8 @@ def _open_store(path: Path, author: str) -> SharedBundle:
     """The bundle for the cockpit, or the one-line error of a bundle that cannot be read at all."""
     import duckdb
 
-    from workbench.bundle import BundleError
-    from workbench.shared_bundle import SharedBundle
+    from workbench.store.bundle import BundleError
+    from workbench.store.shared_bundle import SharedBundle
 
     try:
         return SharedBundle(path, author)

@@ -25,11 +25,11 @@ import os
 import sys
 from pathlib import Path
 
+from workbench.capture.recorder.config import RecorderConfig, parse_size
+from workbench.capture.recorder.status import format_status, read_status, recorder_state
+from workbench.capture.recorder.triggers import drop_trigger_file
+from workbench.capture.recorder.unit import unit_text
 from workbench.errors import UsageError
-from workbench.recorder.config import RecorderConfig, parse_size
-from workbench.recorder.status import format_status, read_status, recorder_state
-from workbench.recorder.triggers import drop_trigger_file
-from workbench.recorder.unit import unit_text
 from workbench.timespec import parse_duration
 
 NAME = "record"
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if not args.image:
             raise UsageError("--print-daemonset needs --image IMAGE (an image with gpuwb installed)")
-        from workbench.recorder.manifest import daemonset_yaml
+        from workbench.capture.recorder.manifest import daemonset_yaml
 
         print(daemonset_yaml(config, image=args.image, namespace=args.namespace), end="")
         return 0
@@ -187,5 +187,5 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     # the recorder runs for months: replace this process (same pid) by one that loaded only the recorder
-    os.execv(sys.executable, [sys.executable, "-m", "workbench.recorder.daemon", config.to_json()])
+    os.execv(sys.executable, [sys.executable, "-m", "workbench.capture.recorder.daemon", config.to_json()])
     return 0

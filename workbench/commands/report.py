@@ -20,8 +20,8 @@ HELP = "write the postmortem (Markdown, HTML or JSON)"
 _BY_SUFFIX = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".json": "json"}
 FORMATS = tuple(dict.fromkeys(_BY_SUFFIX.values()))
 APPLIED = ("slurm", "kubectl")
-"""workbench.isolation.APPLIED, spelled here for the same reason."""
-"""workbench.report's formats, spelled here so that building the parser does not load the report."""
+"""workbench.prevention.isolation.APPLIED, spelled here for the same reason."""
+"""workbench.postmortem.report's formats, spelled here so that building the parser does not load the report."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,12 +61,12 @@ def output_format(fmt: str | None, output: str | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench import isolation
-    from workbench.baseline import load as load_baseline
-    from workbench.bundle import Bundle
-    from workbench.history import History, history_dir
-    from workbench.report import build, render
-    from workbench.rules_test import rule_files, test_file_name
+    from workbench.fleet.history import History, history_dir
+    from workbench.postmortem.report import build, render
+    from workbench.prevention import isolation
+    from workbench.prevention.baseline import load as load_baseline
+    from workbench.prevention.rules_test import rule_files, test_file_name
+    from workbench.store.bundle import Bundle
 
     fmt = output_format(args.format, args.output)
     at = parse_instant(args.generated_at) if args.generated_at else None

@@ -13,8 +13,8 @@ from workbench.table import printable
 from workbench.timespec import parse_instant
 
 if TYPE_CHECKING:
-    from workbench.bundle import Bundle
-    from workbench.query import EventFilter
+    from workbench.query.events import EventFilter
+    from workbench.store.bundle import Bundle
 
 NAME = "timeline"
 HELP = "print the merged event timeline"
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def filter_from(args: argparse.Namespace) -> EventFilter:
-    from workbench.query import EventFilter
+    from workbench.query.events import EventFilter
 
     return EventFilter(hosts=tuple(args.host), sources=tuple(args.source), layers=tuple(args.layer),
                        kinds=tuple(args.kind), severities=tuple(args.severity), text=args.grep,
@@ -45,8 +45,8 @@ def filter_from(args: argparse.Namespace) -> EventFilter:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.bundle import Bundle
-    from workbench.query import event_json, iter_events
+    from workbench.query.events import event_json, iter_events
+    from workbench.store.bundle import Bundle
 
     flt = filter_from(args)
     out = sys.stdout

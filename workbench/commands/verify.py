@@ -23,13 +23,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.bundle import Bundle
+    from workbench.store.bundle import Bundle
 
     with Bundle.open(args.bundle) as bundle:
         found = bundle.verification()
         deep = args.deep and not found.problems  # rows from bytes or a seal that did not verify would prove nothing
         if deep:
-            from workbench.rederive import compare_rederived
+            from workbench.ingest.rederive import compare_rederived
 
             found.altered += compare_rederived(bundle)
     for line in found.problems:

@@ -1,7 +1,7 @@
 """``gpuwb demo``: realistic built-in incidents, taken through the user's own path.
 
 Each scenario writes the raw files a responder would be handed (native formats, one folder per
-host plus shared folders), ingests them with :func:`workbench.ingest.ingest_paths` exactly as
+host plus shared folders), ingests them with :func:`workbench.ingest.session.ingest_paths` exactly as
 ``gpuwb ingest`` does, records the on-call engineer's times and a note in the journal, runs the
 analysis and writes the Markdown and HTML postmortems. Nothing is faked past the raw files: if a
 parser or the engine gets a scenario wrong, the demo shows it.
@@ -18,11 +18,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from workbench import journal, report
-from workbench.bundle import Bundle
 from workbench.demo import inference, training
 from workbench.errors import UsageError
-from workbench.ingest import ingest_paths
+from workbench.ingest.session import ingest_paths
+from workbench.postmortem import report
+from workbench.store import journal
+from workbench.store.bundle import Bundle
 
 MARKER = ".gpuwb-demo"
 """Marks a folder the demo wrote, so a second run may replace it and never touches anything else."""

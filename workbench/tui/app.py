@@ -24,10 +24,10 @@ from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 from textual.screen import Screen
 
-from workbench import report
-from workbench.bundle import Bundle
-from workbench.findings import Analysis, Hypothesis
-from workbench.shared_bundle import SharedBundle
+from workbench.analysis.findings import Analysis, Hypothesis
+from workbench.postmortem import report
+from workbench.store.bundle import Bundle
+from workbench.store.shared_bundle import SharedBundle
 from workbench.tui.saving import JournalWriter, Pending
 from workbench.tui.screens import all_specs
 from workbench.tui.screens.base import STORAGE_ERRORS, Spec, one_line
@@ -106,7 +106,7 @@ class Cockpit(App):
     @work(thread=True, exclusive=True, group="analysis")
     def run_analysis(self, workload: str | None = None) -> None:
         """Analyze in the background: the first paint must not wait for the engine."""
-        from workbench import findings
+        from workbench.analysis import findings
 
         try:
             with self.store.read() as bundle:
@@ -241,7 +241,7 @@ class Cockpit(App):
         self.exit(return_code=128 + signum)
 
     def journal_written(self) -> None:
-        """Screens call this after writing through ``workbench.journal``."""
+        """Screens call this after writing through ``workbench.store.journal``."""
         self.journal_version += 1
         self.refresh_model()
 

@@ -4,7 +4,7 @@ Keyboard first, the same in every form: Tab moves between fields, ←/→ change
 saves, Esc cancels (the caller gets None). A form checks what it can before it closes (a reason
 for an override, a known cause id, a readable time) and says what is missing on its own line, so
 the journal only ever sees values it accepts. Writing is the caller's job, through
-``workbench.journal``.
+``workbench.store.journal``.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from textual.widget import Widget
 from textual.widgets import Input
 
 from collectors.vocabulary import VERDICT_MARKS, VERDICTS
-from workbench.bundle import utc_naive
 from workbench.errors import InputError
-from workbench.journal import ACTION_STATUSES, PRIORITIES, SEVERITIES, STATUSES, TIME_KINDS, ActionItem
+from workbench.store.bundle import utc_naive
+from workbench.store.journal import ACTION_STATUSES, PRIORITIES, SEVERITIES, STATUSES, TIME_KINDS, ActionItem
 from workbench.timespec import parse_instant
 from workbench.tui.text import plain, verdict_style
 from workbench.tui.widgets import PlainLabel, PlainStatic
@@ -331,7 +331,7 @@ class RootCauseDialog(Dialog[RootCauseChoice | None]):
 
     def __init__(self, cause: str = "", *, host: str | None = None, gpu: str | None = None, text: str = "") -> None:
         super().__init__()
-        from workbench.causes import load_causes
+        from workbench.analysis.causes import load_causes
 
         self.causes = load_causes()
         self.initial = (cause, host or "", gpu or "", text)

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench.analysis import analyze
+from workbench.analysis.engine import analyze
+from workbench.analysis.findings import Analysis
 from workbench.demo import SCENARIOS, run_scenario
-from workbench.findings import Analysis
 
 
 @dataclass(frozen=True)

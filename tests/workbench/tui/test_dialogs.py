@@ -9,7 +9,7 @@ from datetime import datetime
 from textual.app import App
 from textual.widgets import Input, Static
 
-from workbench.journal import ActionItem
+from workbench.store.journal import ActionItem
 from workbench.tui.dialogs import (
     ActionItemDialog,
     Choice,

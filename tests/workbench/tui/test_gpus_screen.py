@@ -9,9 +9,9 @@ import pytest
 from textual.widgets import DataTable, Static
 
 from tests.workbench.tui.conftest import wait_for
-from workbench.bundle import Bundle
-from workbench.samples import Gpu, Samples
-from workbench.shared_bundle import SharedBundle
+from workbench.query.samples import Gpu, Samples
+from workbench.store.bundle import Bundle
+from workbench.store.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
 from workbench.tui.screens.gpus import GpusScreen, bus_key, render_detail, strip
 

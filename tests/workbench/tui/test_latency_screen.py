@@ -9,13 +9,13 @@ import pytest
 from textual.widgets import OptionList, Static
 
 from tests.workbench.tui.conftest import Incident, wait_for
-from workbench import samples
-from workbench.analysis import analyze
-from workbench.bundle import Bundle
+from workbench.analysis.engine import analyze
+from workbench.analysis.findings import Analysis
 from workbench.demo import inference
-from workbench.findings import Analysis
-from workbench.ingest import ingest_paths
-from workbench.shared_bundle import SharedBundle
+from workbench.ingest.session import ingest_paths
+from workbench.query import samples
+from workbench.store.bundle import Bundle
+from workbench.store.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
 from workbench.tui.screens.latency import LatencyScreen, render_chart
 

@@ -11,8 +11,8 @@ from textual.widgets import Static
 from tests.conftest import run_cli
 from tests.perf.fleet_nodes import culprit_of, host_name, write_node
 from tests.workbench.tui.conftest import wait_for
-from workbench.bundle import Bundle
-from workbench.shared_bundle import SharedBundle
+from workbench.store.bundle import Bundle
+from workbench.store.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
 from workbench.tui.screens.overview import ACTIVITY_LANES
 

@@ -6,7 +6,7 @@ import pytest
 from textual.widgets import DataTable, Static
 
 from tests.workbench.tui.conftest import wait_for
-from workbench.shared_bundle import SharedBundle
+from workbench.store.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
 
 

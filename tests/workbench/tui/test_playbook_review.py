@@ -1,4 +1,4 @@
-"""The Playbook screen's query layer (workbench.playbook_review) and the check_verdict journal kind:
+"""The Playbook screen's query layer (workbench.analysis.playbook_review) and the check_verdict journal kind:
 a check's rows are the engine's rows, a check verdict is journaled with its layer, and a layer is
 not called clear without a word while one of its checks is unreviewed."""
 
@@ -8,10 +8,10 @@ import shutil
 
 import pytest
 
-from workbench import journal
-from workbench.bundle import Bundle
+from workbench.analysis.playbook_review import check_rows, clear_needs_reason, unreviewed
 from workbench.errors import InputError
-from workbench.playbook_review import check_rows, clear_needs_reason, unreviewed
+from workbench.store import journal
+from workbench.store.bundle import Bundle
 
 
 @pytest.fixture

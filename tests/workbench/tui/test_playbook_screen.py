@@ -8,9 +8,9 @@ from datetime import datetime
 from textual.widgets import DataTable, Input, Tree
 
 from tests.workbench.tui.conftest import type_text, wait_for
-from workbench import journal
-from workbench.bundle import Bundle
-from workbench.shared_bundle import SharedBundle
+from workbench.store import journal
+from workbench.store.bundle import Bundle
+from workbench.store.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
 from workbench.tui.dialogs import ActionItemDialog, NoteDialog, RootCauseDialog, TimesDialog, VerdictDialog
 from workbench.tui.screens.playbook import Node, PlaybookScreen

@@ -8,9 +8,9 @@ import shutil
 from textual.widgets import Markdown
 
 from tests.workbench.tui.conftest import wait_for
-from workbench import journal
-from workbench.bundle import Bundle
-from workbench.shared_bundle import SharedBundle
+from workbench.store import journal
+from workbench.store.bundle import Bundle
+from workbench.store.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
 from workbench.tui.screens.report import ReportScreen, export_path
 
@@ -71,7 +71,7 @@ async def test_without_an_analysis_the_postmortem_is_still_exported(incident, mo
     def broken(*_args, **_kwargs):
         raise RuntimeError("engine broke")
 
-    monkeypatch.setattr("workbench.findings.run", broken)
+    monkeypatch.setattr("workbench.analysis.findings.run", broken)
     app = Cockpit(SharedBundle(incident.path, "alice"))  # the real path: the analysis runs, and fails
     async with app.run_test(size=(160, 50)) as pilot:
         await wait_for(pilot, lambda: app.analysis_error is not None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.workbench.tui.conftest import wait_for
-from workbench.shared_bundle import SharedBundle
+from workbench.store.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
 
 SIZES = [(80, 24), (160, 50)]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from textual.widgets import DataTable, Input
 
 from tests.workbench.tui.conftest import wait_for
-from workbench import query
-from workbench.bundle import Bundle
-from workbench.query import EventFilter
-from workbench.shared_bundle import SharedBundle
+from workbench.query import events as query
+from workbench.query.events import EventFilter
+from workbench.store.bundle import Bundle
+from workbench.store.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
 
 

@@ -3,9 +3,9 @@ and each sees the other's entry after its next refresh."""
 
 from __future__ import annotations
 
-from workbench import journal
-from workbench.bundle import Bundle
-from workbench.shared_bundle import SharedBundle
+from workbench.store import journal
+from workbench.store.bundle import Bundle
+from workbench.store.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
 
 

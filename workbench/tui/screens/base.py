@@ -19,9 +19,9 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from workbench.analysis.findings import Analysis
 from workbench.errors import GpuwbError
-from workbench.findings import Analysis
-from workbench.shared_bundle import SharedBundle
+from workbench.store.shared_bundle import SharedBundle
 from workbench.table import printable
 from workbench.tui.widgets import PlainStatic
 

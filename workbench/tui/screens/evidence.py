@@ -1,6 +1,6 @@
 """Evidence: the raw artifact with line numbers, opened at an event's line, with its hash and provenance.
 
-Huge artifacts are read a chunk at a time (:class:`workbench.artifact_text.ArtifactText`): the
+Huge artifacts are read a chunk at a time (:class:`workbench.query.artifact_text.ArtifactText`): the
 table holds a window of lines around the cursor and loads the next window at its edges. Without a
 target it lists the bundle's artifacts to pick from.
 """
@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Input
 
-from workbench.artifact_text import ArtifactText
+from workbench.query.artifact_text import ArtifactText
 from workbench.tui.screens.base import CockpitScreen, Spec, guarded
 from workbench.tui.text import plain
 from workbench.tui.widgets import PlainStatic, PlainTable

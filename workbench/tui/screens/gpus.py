@@ -5,7 +5,7 @@ panel below answers "since when": temperature, power against its limit, clocks, 
 ECC and retired pages, row remapping, PCIe link against its maximum and throttle reasons, each as a
 one-line strip over the samples' time range. A GPU named by a hypothesis carries ``◀ #rank`` (the
 mark, not only its colour, says so). Opened with ``--baseline``, each GPU's drift from the accepted
-baseline (``workbench/baseline.py``) leads its state and its panel.
+baseline (``workbench/prevention/baseline.py``) leads its state and its panel.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.events import Resize
 
-from workbench import baseline, query, samples
-from workbench.baseline import Drift
-from workbench.findings import Analysis
-from workbench.samples import Gpu
+from workbench.analysis.findings import Analysis
+from workbench.prevention import baseline
+from workbench.prevention.baseline import Drift
+from workbench.query import events as query
+from workbench.query import samples
+from workbench.query.samples import Gpu
 from workbench.tui.screens.base import CockpitScreen, Spec, guarded
 from workbench.tui.text import BLOCKS, clip, plain, severity_style, short_time
 from workbench.tui.widgets import PlainStatic, PlainTable

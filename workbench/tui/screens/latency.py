@@ -22,9 +22,9 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.events import Resize
 from textual.widgets.option_list import Option
 
-from workbench import samples
-from workbench.findings import Analysis
-from workbench.samples import Anomaly, Curve
+from workbench.analysis.findings import Analysis
+from workbench.query import samples
+from workbench.query.samples import Anomaly, Curve
 from workbench.tui.screens.base import STORAGE_ERRORS, CockpitScreen, Spec, one_line
 from workbench.tui.text import BLOCKS, clip, plain
 from workbench.tui.widgets import PlainOptionList, PlainStatic
@@ -51,7 +51,7 @@ class Family:
 
 
 def families(by_metric: dict[str, list[Curve]], found: list[Anomaly]) -> list[Family]:
-    """One entry per metric, in the reading order of :data:`workbench.samples.SERVING_ORDER`."""
+    """One entry per metric, in the reading order of :data:`workbench.query.samples.SERVING_ORDER`."""
     anomalous = {a.metric for a in found}
     return [Family(metric, curves[0].title, curves[0].unit, tuple(sorted({c.host for c in curves if c.host})),
                    metric in anomalous) for metric, curves in by_metric.items() if curves]

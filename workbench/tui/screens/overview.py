@@ -17,8 +17,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 
 from collectors.vocabulary import LAYER_TITLES, LAYERS, VERDICT_MARKS
-from workbench import query
-from workbench.findings import Analysis, Hypothesis
+from workbench.analysis.findings import Analysis, Hypothesis
+from workbench.query import events as query
 from workbench.tui.screens.base import CockpitScreen, Spec, guarded
 from workbench.tui.text import clip, plain, short_time, sparkline, verdict_style
 from workbench.tui.widgets import PlainStatic, PlainTable

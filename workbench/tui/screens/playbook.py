@@ -5,7 +5,7 @@ responder's word beside it ("✗ → ✓ by alice: replaced riser, 10:02"), then
 decided (root cause, action items, notes). Right, the selected node: its question, why it is
 asked, the verdict and its history, and the evidence rows behind it (Enter opens the raw line).
 
-Everything the responder says goes to the bundle's journal (``workbench.journal``) signed with
+Everything the responder says goes to the bundle's journal (``workbench.store.journal``) signed with
 their name, so it is there after a restart and in the postmortem. A layer is not called clear
 while one of its checks is unreviewed unless the responder says why: the walk exists so that no
 layer is skipped by accident.
@@ -26,10 +26,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets.tree import TreeNode
 
 from collectors.vocabulary import LAYER_TITLES, LAYERS, VERDICT_MARKS
-from workbench import journal
-from workbench.bundle import Bundle
-from workbench.findings import Analysis, Check, Step
-from workbench.playbook_review import CheckRows, check_rows, clear_needs_reason, unreviewed
+from workbench.analysis.findings import Analysis, Check, Step
+from workbench.analysis.playbook_review import CheckRows, check_rows, clear_needs_reason, unreviewed
+from workbench.store import journal
+from workbench.store.bundle import Bundle
 from workbench.tui.dialogs import (
     ActionItemDialog,
     FieldDialog,

@@ -1,6 +1,6 @@
 """Report: the postmortem as it will be written, with the responders' journal merged in.
 
-The preview is ``workbench.report.render`` of the cockpit's model, the same function and model
+The preview is ``workbench.postmortem.report.render`` of the cockpit's model, the same function and model
 ``gpuwb report`` uses, so what the responder reads here is what the file will say. Export writes
 ``<bundle stem>-postmortem.md`` or ``.html`` beside the bundle, from a model built afresh (the
 other responder's latest notes included), atomically, never over the bundle itself.
@@ -18,9 +18,9 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Markdown
 
-from workbench import report
 from workbench.commands.report import check_output, write_atomically
 from workbench.errors import GpuwbError
+from workbench.postmortem import report
 from workbench.table import printable
 from workbench.tui.screens.base import CockpitScreen, Spec, one_line
 from workbench.tui.widgets import PlainStatic

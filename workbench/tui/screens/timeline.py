@@ -1,7 +1,7 @@
 """Timeline: every event of every source, merged in time, paged from the bundle.
 
 The table never holds more than a window of rows around the cursor; moving past either edge loads
-the next window by keyset (:func:`workbench.query.page`), so a bundle of millions of events scrolls
+the next window by keyset (:func:`workbench.query.events.page`), so a bundle of millions of events scrolls
 as smoothly as one of a hundred. Filters are typed in one line (``/``), lnav/k9s style:
 ``host:node03 layer:gpu sev:error rank:19 since:09:10 xid`` — words with a ``name:`` narrow that
 facet, the rest is searched in the message.
@@ -17,11 +17,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Input
 
-from workbench import query
+from workbench.analysis.findings import Analysis
 from workbench.errors import InputError
-from workbench.findings import Analysis
-from workbench.query import Cursor, EventFilter
-from workbench.timeline_filter import describe, parse_filter
+from workbench.query import events as query
+from workbench.query.events import Cursor, EventFilter
+from workbench.query.timeline_filter import describe, parse_filter
 from workbench.tui.screens.base import CockpitScreen, Spec, guarded
 from workbench.tui.text import clip, plain, severity_style
 from workbench.tui.widgets import PlainStatic, PlainTable
@@ -253,7 +253,7 @@ class TimelineScreen(CockpitScreen):
         self.load_window(None, at_end=True)
 
     def action_note(self) -> None:
-        from workbench import journal
+        from workbench.store import journal
         from workbench.tui.dialogs import NoteDialog
 
         row = self.selected()

@@ -1,0 +1,1 @@
+"""The playbook engine: checks, hypotheses and causes, clocks, workload, series."""

@@ -1,0 +1,1 @@
+"""Across incidents: the history of many bundles."""

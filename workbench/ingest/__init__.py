@@ -1,0 +1,1 @@
+"""Bytes in, rows out: sniffing, archives, parsing on two cores, derivations, merging bundles."""

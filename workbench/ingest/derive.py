@@ -1,0 +1,40 @@
+"""Runs every derivation after ingest or capture, replacing the previous derived events."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from types import ModuleType
+
+import workbench.ingest.derivations
+from collectors.base import Event, Skipped
+from workbench.store.bundle import Bundle
+
+
+def derivations() -> list[ModuleType]:
+    found = []
+    for info in pkgutil.iter_modules(workbench.ingest.derivations.__path__):
+        module = importlib.import_module(f"workbench.ingest.derivations.{info.name}")
+        if hasattr(module, "derive"):
+            found.append(module)
+    return sorted(found, key=lambda m: m.NAME)
+
+
+def run_derivations(bundle: Bundle) -> dict[str, int]:
+    """Recompute derived events; a failing derivation is reported, never fatal."""
+    bundle.con.execute("DELETE FROM event WHERE ts_origin = 'derived'")
+    counts: dict[str, int] = {}
+    for module in derivations():
+        writer = bundle.writer(None)
+        try:
+            for event in module.derive(bundle.con):
+                if isinstance(event, Event):
+                    event.ts_origin = "derived"
+                    event.source = event.source or module.NAME
+                writer.add(event)
+            writer.flush()
+            counts[module.NAME] = writer.counts.get("event", 0)
+        except Exception as exc:  # a derivation bug must not lose an ingest
+            writer.add(Skipped(None, str(exc)))
+            counts[module.NAME] = -1
+    return counts

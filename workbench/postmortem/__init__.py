@@ -1,0 +1,1 @@
+"""The documents: the report model, its Markdown/HTML/JSON rendering, charts, Parquet export."""

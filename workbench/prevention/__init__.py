@@ -1,0 +1,1 @@
+"""What a postmortem leaves behind: alert rules and their replay, isolation, baselines, drills."""
