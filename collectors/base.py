@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, BinaryIO, Protocol
 
-from collectors.vocabulary import LAYERS as LAYERS  # re-exported: collectors name an event's layer
-from collectors.vocabulary import SEVERITIES as SEVERITIES
+from collectors.framework.vocabulary import LAYERS as LAYERS  # re-exported: collectors name an event's layer
+from collectors.framework.vocabulary import SEVERITIES as SEVERITIES
 
 MAX_LINE_BYTES = 1 << 20
 """A line longer than this is cut to this length and counted as skipped: one 10 MB line

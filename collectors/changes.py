@@ -33,7 +33,6 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any, BinaryIO
 
-from collectors._json_items import ITEM_ERRORS, decoded
 from collectors.base import (
     MONTHS,
     Artifact,
@@ -46,6 +45,7 @@ from collectors.base import (
     infer_year,
     to_utc,
 )
+from collectors.framework.json_items import ITEM_ERRORS, decoded
 from collectors.host import PACKAGES
 
 NAME = "changes"

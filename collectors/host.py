@@ -19,9 +19,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import BinaryIO
 
-from collectors._json_items import decoded
-from collectors._redact import redact_env
 from collectors.base import Artifact, CaptureContext, HostFact, ParseContext, Row, Skipped
+from collectors.framework.json_items import decoded
+from collectors.framework.redact import redact_env
 
 NAME = "host"
 LAYER = "hardware"

@@ -16,10 +16,10 @@ In a JSON or YAML document each object is read on its own: one that is not what 
 item that is not an object, ``involvedObject`` a string, a time that does not parse, ``count`` not a
 number) is one counted skip and the others are read; a list cut short by kubectl's deadline, a watch
 stream of objects and a YAML stream with a broken document keep every complete object
-(collectors/_json_items.py).
+(collectors/framework/json_items.py).
 
 Event kinds emitted here: k8s_event, and k8s_runtime_error for an error line of a node agent that
-carries no Kubernetes reason; their attrs are declared in playbooks/events.yaml.
+carries no Kubernetes reason; their attrs are declared in collectors/catalog/events.yaml.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any, BinaryIO
 
-from collectors._json_items import Damage, Malformed, decoded, one_item, values
 from collectors.base import (
     MONTHS,
     Artifact,
@@ -42,6 +41,7 @@ from collectors.base import (
     infer_year,
     to_utc,
 )
+from collectors.framework.json_items import Damage, Malformed, decoded, one_item, values
 
 NAME = "k8s"
 LAYER = "scheduling"
@@ -236,7 +236,7 @@ def _objects(doc: Any) -> Iterator[Any]:
 
 
 def _item_rows(obj: Any, snapshot: datetime | None) -> list[Row]:
-    """The rows of one object, all or none (collectors/_json_items.py ``one_item``)."""
+    """The rows of one object, all or none (collectors/framework/json_items.py ``one_item``)."""
     def read() -> Iterator[Row]:
         if isinstance(obj, Malformed):
             raise obj

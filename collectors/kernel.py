@@ -10,7 +10,7 @@ is counted twice.
 Parsing is built for multi-GB logs: the bytes are scanned in 4 MiB blocks by a prefilter (one RE2
 pass for the keywords' short windows, or numpy compares for a few rare anchor bytes then an 8-byte window
 check around each anchor), so only lines that can be events reach the per-line regexes of
-collectors/_kernel_lines.py. The RE2 pass also narrows the keywords a busy Kubernetes node prints on
+collectors/framework/kernel_lines.py. The RE2 pass also narrows the keywords a busy Kubernetes node prints on
 most lines (NARROWED), so a chatty log costs about what a quiet one does. A block's newlines are counted
 by one numpy compare, in stretches that end at the candidate lines, which are located by offset: no line
 that cannot be an event is ever split out, decoded or indexed. A regular file is scanned through a map of
@@ -30,7 +30,8 @@ from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from typing import Any, BinaryIO
 
-from collectors._kernel_lines import (
+from collectors.base import MAX_LINE_BYTES, Artifact, CaptureContext, Event, ParseContext, Row, Skipped
+from collectors.framework.kernel_lines import (
     CONTAINER_INTERFACES,
     ERROR_WORDS,
     STAMPED,
@@ -42,7 +43,6 @@ from collectors._kernel_lines import (
     resolve,
     split_prefix,
 )
-from collectors.base import MAX_LINE_BYTES, Artifact, CaptureContext, Event, ParseContext, Row, Skipped
 
 NAME = "kernel"
 LAYER = "hardware"
@@ -53,7 +53,7 @@ two earlier boots 5 s + 5 s) and the spool margin: the whole sequence fits, not 
 PRIORITY = 10
 """After host facts (boot times), before the collectors whose year-less lines take dates from ours."""
 SIGNATURES_INLINE = True
-"""The signature catalog (playbooks/signatures.yaml) runs on this parser's own candidate lines instead of a
+"""The signature catalog (collectors/catalog/signatures.yaml) runs on this parser's own candidate lines instead of a
 second pass over the file: a multi-GB quiet log is read once."""
 
 BLOCK_BYTES = 4 << 20
@@ -65,7 +65,7 @@ CONTINUATION_LINES = 16
 
 def xid_info(code: int) -> dict[str, Any]:
     """The catalog entry of an Xid as plain data, for other collectors (NVML's Xid events)."""
-    from collectors._xid_catalog import lookup
+    from collectors.framework.xid_catalog import lookup
 
     info = lookup(code)
     return {"name": info.name, "meaning": info.meaning, "layer": info.layer, "severity": info.severity,
@@ -259,7 +259,7 @@ KEYWORDS = (b"NVRM", b"SXid", b"AER:", b"PCIe Bus Error", b"DPC: containment", b
             b"NETDEV WATCHDOG", b"Port module event", b": server ", b"Lustre", b"LNet", b"segfault",
             b"protection fault", b"nvidia", b"I/O error", b"Linux version", b"fabricmanager", b"Driver/library")
 """Literals a line must hold to be looked at by the per-line parser; every handler of
-collectors/_kernel_lines.py is reachable through at least one of them."""
+collectors/framework/kernel_lines.py is reachable through at least one of them."""
 NARROWED = (b"mlx5_", b"nvidia", b"link becomes ready", b"link is not ready")
 """Keywords that most lines of a busy Kubernetes GPU node hold without being evidence (the mlx5 firmware
 tracer, nvidia-uvm loading per container, veth pairs becoming ready per pod): the RE2 pass keeps such a
@@ -308,7 +308,7 @@ class _Prefilter:
         if isinstance(block, bytes):
             block = _Block(block, 0, len(block), True)
         if self.windows is not None:
-            from collectors._signatures import spans
+            from collectors.framework.signatures import spans
 
             found = spans(self.windows, block.buf, RE2_BLOCK_HITS + 1, block.lo, block.hi)
             if len(found) <= RE2_BLOCK_HITS:
@@ -342,7 +342,7 @@ class _Parser:
         self.ctx = ctx
         self.classifier = Classifier()
         # deferred: live capture imports this module on a bare node and never parses there
-        from collectors._signatures import catalog as signature_catalog
+        from collectors.framework.signatures import catalog as signature_catalog
 
         try:
             self.signatures = signature_catalog()
@@ -499,8 +499,8 @@ class _Parser:
         if found is None:
             return
         sig, attrs = found
-        from collectors._framing import Framed
-        from collectors._signatures import event_of
+        from collectors.framework.framing import Framed
+        from collectors.framework.signatures import event_of
 
         if stamp is None:
             stamp = resolve(pre, self.ctx, use_boot=self.kind != "pstore")

@@ -22,8 +22,8 @@ from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import BinaryIO
 
-from collectors import _metric_vocabulary as vocabulary
 from collectors.base import Artifact, CaptureContext, ParseContext, Row, SeriesPoint, Skipped
+from collectors.framework import metric_vocabulary as vocabulary
 from collectors.prometheus import capture_files, host_of
 
 NAME = "metrics_csv"

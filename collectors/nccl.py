@@ -7,8 +7,9 @@ at ingest) into:
 - ``topology`` rows from NCCL's init lines (``comm 0x… rank 3 nranks 16 cudaDev 3 busId 19000
   commId 0x… - Init COMPLETE``; NCCL version; ``Channel 00/0 : 3[3] -> 4[4] via P2P/IPC`` transports;
   the NET/IB devices and bootstrap interface), mapping rank <-> host <-> cudaDev <-> PCI bus id;
-- events (kinds and attrs in playbooks/events.yaml) from NCCL's WARN lines and error-propagation chains, and from the
-  PyTorch / torchrun / trainer lines that ``collectors/_torch_dist.py`` reads;
+- events (kinds and attrs in collectors/catalog/events.yaml) from NCCL's WARN lines and error-propagation
+  chains, and from the
+  PyTorch / torchrun / trainer lines that ``collectors/framework/torch_dist.py`` reads;
 - a ``versions.nccl`` host fact per host.
 
 Lines come with or without torchrun/mpirun/srun prefixes (``[rank3]:``, ``[default0]:``,
@@ -38,10 +39,7 @@ from datetime import datetime, timezone
 from functools import cache
 from typing import Any, BinaryIO
 
-from collectors import _torch_dist as torch_dist
 from collectors import storage
-from collectors._launcher_places import ENV_NEEDLES, RENDEZVOUS, TRACE_NAME, LauncherPlaces, Rendezvous, trace_rows
-from collectors._torch_dist import Continuation, Finding
 from collectors.base import (
     MAX_LINE_BYTES,
     Artifact,
@@ -56,6 +54,16 @@ from collectors.base import (
     normalize_pci,
     to_utc,
 )
+from collectors.framework import torch_dist as torch_dist
+from collectors.framework.launcher_places import (
+    ENV_NEEDLES,
+    RENDEZVOUS,
+    TRACE_NAME,
+    LauncherPlaces,
+    Rendezvous,
+    trace_rows,
+)
+from collectors.framework.torch_dist import Continuation, Finding
 
 NAME = "nccl"
 LAYER = "network_storage"
@@ -1029,7 +1037,7 @@ def _hit_lines(data: bytes, end: int) -> list[int]:
 def _hit_starts(data: bytes, end: int) -> list[int]:
     """Offsets of the lines worth decoding, in order: one RE2 pass over the block (_hits_regex) for the NCCL
     INFO lines topology needs and everything else, a hit of the rest counting only off NCCL INFO lines."""
-    from collectors._signatures import spans
+    from collectors.framework.signatures import spans
 
     find, rfind = data.find, data.rfind
     starts = set()
@@ -1162,7 +1170,7 @@ _SNIFF_TRAIN = re.compile(r"""['"]loss['"]: (?:nan|inf)|lm loss: (?:nan|NaN)|los
 """Trainer logs without NCCL lines: NaN losses, and the step-timing lines torch_dist.step_time reads."""
 _SNIFF_ENV = re.compile(r"^(?:\d{1,5}: )?(?:export |declare -x )?(?:SLURM_PROCID|SLURM_LOCALID|LOCAL_RANK)=[\"']?\d",
                         re.M)
-"""An environment dump that says which rank a process was (collectors/_launcher_places.py)."""
+"""An environment dump that says which rank a process was (collectors/framework/launcher_places.py)."""
 _SNIFF_RANK_PREFIX = re.compile(r"^\[(?:rank|[A-Za-z_]+)\d+\]:", re.M)
 """torchrun --tee's per-rank prefix: a rank's log, whatever it says (a storage error in it keeps its rank)."""
 

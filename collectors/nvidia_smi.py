@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, BinaryIO
 
-from collectors._json_items import no_lone_surrogates
 from collectors.base import (
     Artifact,
     CaptureContext,
@@ -41,6 +40,7 @@ from collectors.base import (
     Skipped,
     normalize_pci,
 )
+from collectors.framework.json_items import no_lone_surrogates
 from collectors.nvml import HealthTracker, decode_reasons, gpu_key, xid_catalog_attrs
 
 NAME = "nvidia_smi"

@@ -23,7 +23,6 @@ from datetime import datetime, timezone
 from types import ModuleType
 from typing import Any, BinaryIO
 
-from collectors._json_items import decoded
 from collectors.base import (
     Artifact,
     CaptureContext,
@@ -35,6 +34,7 @@ from collectors.base import (
     Skipped,
     normalize_pci,
 )
+from collectors.framework.json_items import decoded
 
 NAME = "nvml"
 LAYER = "gpu"
@@ -746,10 +746,10 @@ def _xid_event(event: dict[str, Any], devices: dict[int | None, dict[str, Any]],
 
 def xid_catalog_attrs(xid: int | None) -> dict[str, Any]:
     """Name, meaning, action, layer and severity of an Xid from the kernel collector's catalog
-    (collectors/_xid_catalog.py), so an Xid seen by NVML or DCGM reads like one from the kernel log."""
+    (collectors/framework/xid_catalog.py), so an Xid seen by NVML or DCGM reads like one from the kernel log."""
     if xid is None:
         return {}
-    from collectors._xid_catalog import lookup
+    from collectors.framework.xid_catalog import lookup
 
     try:
         info = lookup(xid)

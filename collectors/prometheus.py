@@ -35,9 +35,9 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any, BinaryIO
 
-from collectors import _metric_vocabulary as vocabulary
-from collectors._json_items import Damage, decoded, no_lone_surrogates, values
 from collectors.base import Artifact, CaptureContext, ParseContext, Row, SeriesPoint, Skipped
+from collectors.framework import metric_vocabulary as vocabulary
+from collectors.framework.json_items import Damage, decoded, no_lone_surrogates, values
 
 NAME = "prometheus"
 LAYER = "business"
@@ -381,7 +381,7 @@ def _parse_api(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
 def _api_responses(text: str) -> list[tuple[int | None, Any]]:
     """(line, response) of an API body: the whole text, else one response per line (a tool's log), else
     the one response cut short or damaged, as the complete series of its result list (see
-    collectors/_json_items.py); each part that is not JSON is a Damage."""
+    collectors/framework/json_items.py); each part that is not JSON is a Damage."""
     try:
         return [(None, json.loads(text))]
     except (ValueError, RecursionError):
@@ -652,7 +652,7 @@ def capture_files(ctx: CaptureContext, owner: str, *, report_unclaimed: bool = F
     """The ``--latency`` files whose sniffed kind collector ``owner`` parses (each collector stores
     its own kinds, so the right parser reads them). With ``report_unclaimed``, files no running
     collector will take are recorded as missing, with the reason."""
-    from collectors import registry  # deferred: the registry imports every collector, this one included
+    from collectors.framework import registry  # deferred: the registry imports every collector, this one included
 
     running = set(ctx.options.get("only") or [m.NAME for m in registry.all_collectors()])
     running -= set(ctx.options.get("skip") or [])

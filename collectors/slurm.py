@@ -17,7 +17,7 @@ Decisions:
   text is read as UTC.
 
 Event kinds emitted here: job_state, node_state, step_killed and oom_kill (a cgroup OOM kill reported
-by slurmstepd); their attrs are declared in playbooks/events.yaml.
+by slurmstepd); their attrs are declared in collectors/catalog/events.yaml.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any, BinaryIO
 
-from collectors._hostlist import expand_hostlist
-from collectors._json_items import decoded, no_lone_surrogates, one_item
 from collectors.base import (
     MONTHS,
     Artifact,
@@ -43,6 +41,8 @@ from collectors.base import (
     infer_year,
     to_utc,
 )
+from collectors.framework.hostlist import expand_hostlist
+from collectors.framework.json_items import decoded, no_lone_surrogates, one_item
 
 NAME = "slurm"
 LAYER = "scheduling"

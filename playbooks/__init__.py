@@ -1,1 +1,2 @@
-"""Playbooks, the Xid catalog and the cause catalog, shipped as package data."""
+"""The layered playbooks (training.yaml, inference.yaml) and the checks they run (checks.yaml): read by
+the analysis stage against a bundle."""

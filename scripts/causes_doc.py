@@ -1,4 +1,4 @@
-"""Writes docs/causes.md from playbooks/causes.yaml (tests/test_docs.py checks it is current).
+"""Writes docs/causes.md from rules/causes.yaml (tests/test_docs.py checks it is current).
 
     python scripts/causes_doc.py
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from collectors.vocabulary import LAYER_TITLES, LAYERS  # noqa: E402
+from collectors.framework.vocabulary import LAYER_TITLES, LAYERS  # noqa: E402
 from workbench.analysis.causes import load_causes  # noqa: E402
 
 _SENTENCE_END = re.compile(r"(?<=[a-z0-9)\"'])\.\s+(?=[A-Z(\"])")
@@ -39,7 +39,7 @@ def causes_markdown() -> str:
     """docs/causes.md: every cause id of the catalog, by layer, with its one-line meaning."""
     causes = load_causes()
     lines = ["# Causes", "",
-             "Generated from `playbooks/causes.yaml` by `scripts/causes_doc.py`; edit the YAML, not this file.",
+             "Generated from `rules/causes.yaml` by `scripts/causes_doc.py`; edit the YAML, not this file.",
              "These are the ids `gpuwb analyze --json` puts in a hypothesis' `cause` (see [cli.md](cli.md)).",
              "*Scope* says where one occurrence lives (`gpu`: a host and PCI bus id, `host`, `global`: the whole",
              "job or service); evidence is grouped into one hypothesis per scope key. *Leads to* names causes",

@@ -1,4 +1,4 @@
-"""Writes docs/events.md from playbooks/events.yaml (tests/test_vocabulary.py checks it is current).
+"""Writes docs/events.md from collectors/catalog/events.yaml (tests/test_vocabulary.py checks it is current).
 
     python scripts/events_doc.py
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from collectors.vocabulary import events_markdown  # noqa: E402
+from collectors.framework.vocabulary import events_markdown  # noqa: E402
 
 if __name__ == "__main__":
     target = ROOT / "docs" / "events.md"

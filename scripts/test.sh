@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 bash scripts/system-deps.sh
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
-.venv/bin/ruff check workbench collectors playbooks tests
+.venv/bin/ruff check workbench collectors playbooks rules tests scripts
 exec .venv/bin/python -m pytest -q "$@"

@@ -67,7 +67,7 @@ def test_collectors_import_nothing_from_workbench():
 
 def test_importing_any_collector_never_loads_workbench():
     code = "\n".join(f"import {name}" for name in modules_of("collectors"))
-    code += "\nfrom collectors import registry\nassert len(registry.all_collectors()) > 10"
+    code += "\nfrom collectors.framework import registry\nassert len(registry.all_collectors()) > 10"
     assert loaded_after(code, ("workbench",)) == []
 
 
@@ -90,7 +90,7 @@ def test_the_capture_code_path_loads_no_tui_report_or_analysis_library():
             "args = build_parser().parse_args(['capture', '-o', 'x.duckdb', '--since', '1h'])\n"
             "assert args.command == 'capture'\n"
             "import workbench.capture.live, workbench.commands.capture\n"
-            "from collectors import registry\n"
+            "from collectors.framework import registry\n"
             "assert registry.all_collectors()\n")
     assert loaded_after(code, CAPTURE_MUST_NOT_LOAD) == []
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import html5lib
 import pytest
 
-from collectors._redact import MASK, redact_bytes, redact_env, secret_name
+from collectors.framework.redact import MASK, redact_bytes, redact_env, secret_name
 from tests.conftest import ROOT, run_cli
 from workbench.store import journal
 from workbench.store.bundle import Bundle

@@ -1,4 +1,4 @@
-"""One vocabulary: every event the parsers and derivations write is declared in playbooks/events.yaml,
+"""One vocabulary: every event the parsers and derivations write is declared in collectors/catalog/events.yaml,
 docs/events.md is what that declaration generates, and the playbooks ask only for declared kinds."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 import pytest
 import yaml
 
-from collectors.vocabulary import (
+from collectors.framework.vocabulary import (
     FAILED_JOB_STATES,
     LAYERS,
     SEVERITIES,
@@ -30,7 +30,8 @@ from workbench.ingest.session import ingest_paths
 from workbench.store.bundle import Bundle
 
 SCENARIOS = ROOT / "tests" / "scenarios"
-EMITTERS = sorted((ROOT / "collectors").glob("*.py")) + sorted((ROOT / "workbench" / "derivations").glob("*.py"))
+EMITTERS = (sorted((ROOT / "collectors").rglob("*.py"))
+            + sorted((ROOT / "workbench" / "ingest" / "derivations").glob("*.py")))
 _KIND = re.compile(r"[a-z][a-z0-9_]*")
 
 
@@ -99,7 +100,7 @@ def emitted_kinds(source: str) -> set[str]:
 def test_every_kind_written_as_a_literal_is_declared() -> None:
     """Kinds the evidence above never reaches are still checked where the code spells them out."""
     declared = event_kinds()
-    written = {path.name: emitted_kinds(path.read_text(encoding="utf-8")) for path in EMITTERS}
+    written = {str(path.relative_to(ROOT)): emitted_kinds(path.read_text(encoding="utf-8")) for path in EMITTERS}
     wrong = sorted(f"{name}: {kind}" for name, kinds in written.items() for kind in kinds if kind not in declared)
     assert wrong == []
     assert len(set().union(*written.values())) >= 70
@@ -120,7 +121,7 @@ _event(reason, "FailedScheduling")
 
 
 def test_docs_events_md_is_what_the_declaration_generates() -> None:
-    """Regenerate with ``python scripts/events_doc.py`` after editing playbooks/events.yaml."""
+    """Regenerate with ``python scripts/events_doc.py`` after editing collectors/catalog/events.yaml."""
     assert (ROOT / "docs" / "events.md").read_text(encoding="utf-8") == events_markdown()
 
 

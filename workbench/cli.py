@@ -180,7 +180,7 @@ def traceback_dirs() -> list[Path]:
 def _save_traceback(exc: BaseException, argv: Sequence[str]) -> Path | None:
     """The traceback, after the command line, in a new file; secrets in either are masked as in a
     capture. None if no folder can be written (the one-line message is printed all the same)."""
-    from collectors._redact import redact_bytes
+    from collectors.framework.redact import redact_bytes
 
     text = f"gpuwb {__version__} {' '.join(argv)}\n" + "".join(traceback.format_exception(exc))
     data = redact_bytes(text.encode("utf-8", "replace"))[0]

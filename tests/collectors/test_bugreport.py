@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from collectors import bugreport, registry
+from collectors import bugreport
 from collectors.base import Event, GpuInventory, HostFact, ParseContext, Skipped
+from collectors.framework import registry
 from tests.conftest import ingest_timeline
 from workbench.store.bundle import Bundle
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collectors._framing import frame_lines, parse_iso, peel, unframed_lines
+from collectors.framework.framing import frame_lines, parse_iso, peel, unframed_lines
 
 BODY = "NVRM: Xid (PCI:0000:19:00): 79, pid=0, GPU has fallen off the bus."
 REF = datetime(2025, 3, 10, tzinfo=timezone.utc)

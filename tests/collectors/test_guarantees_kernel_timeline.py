@@ -1,6 +1,6 @@
 """What a responder sees for each kernel line: `gpuwb ingest` of a kernel log, then `timeline --json`.
 
-Every Xid class of playbooks/xid.yaml and every event kind of the kernel parser is asserted here at the
+Every Xid class of collectors/catalog/xid.yaml and every event kind of the kernel parser is asserted here at the
 timeline level (kind, layer, severity, GPU/PCI, attributes), not only through the top hypothesis of a
 scenario. Lines are in the kernel's own printk formats; most are real lines from tests/corpus/kernel
 (file named in the case), the rest follow the kernel source's format strings."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors._xid_catalog import catalog
+from collectors.framework.xid_catalog import catalog
 from tests.conftest import ingest_timeline
 
 XIDS = sorted(catalog())

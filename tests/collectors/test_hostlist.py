@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from collectors._hostlist import MAX_HOSTS, expand_hostlist, split_hostlist
+from collectors.framework.hostlist import MAX_HOSTS, expand_hostlist, split_hostlist
 from workbench.analysis.hypotheses import expand_hostlist as symptom_nodes
 
 

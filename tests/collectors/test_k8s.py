@@ -13,8 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collectors import k8s, registry
+from collectors import k8s
 from collectors.base import Artifact, Event, ParseContext, Skipped
+from collectors.framework import registry
 from tests.collectors.test_slurm import INDEX, SCHEDULER, assert_labels, hosts_named, stated
 from tests.conftest import CORPUS, ingest_timeline
 

@@ -151,7 +151,7 @@ def test_narrowed_keywords_keep_every_line_that_makes_a_row(monkeypatch):
 
 
 def _anchors() -> set[str]:
-    from collectors._signatures import catalog
+    from collectors.framework.signatures import catalog
 
     return {a for sig in catalog().signatures for a in sig.anchors}
 

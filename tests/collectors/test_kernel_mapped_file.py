@@ -92,7 +92,7 @@ def test_the_ingest_process_reads_files_only_the_parse_worker_maps_them(tmp_path
     path.write_bytes(INPUTS["noisy"])
     with open(path, "rb") as f:
         assert kernel._mapping(f) is None
-    probe = ("import sys; from workbench import parse_worker; parse_worker._preload(); "
+    probe = ("import sys; from workbench.ingest import parse_worker; parse_worker._preload(); "
              "from collectors import kernel; print(kernel._mapping(open(sys.argv[1], 'rb')) is not None)")
     out = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=120,
                          cwd=Path(kernel.__file__).parents[1])

@@ -1,5 +1,5 @@
 """Ranks placed from launcher evidence when NCCL's init lines are missing or predate commId
-(collectors/_launcher_places.py through the NCCL log reader). Lines are real, with their URL."""
+(collectors/framework/launcher_places.py through the NCCL log reader). Lines are real, with their URL."""
 
 # ruff: noqa: E501  (real lines are kept whole)
 

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collectors import metrics_csv, registry
+from collectors import metrics_csv
 from collectors.base import ParseContext, SeriesPoint, Skipped
+from collectors.framework import registry
 from tests.conftest import ingest_timeline
 from workbench.store.bundle import Bundle
 

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collectors import _metric_vocabulary as vocabulary
 from collectors import metrics_csv
 from collectors.base import ParseContext, Row, SeriesPoint, Skipped
+from collectors.framework import metric_vocabulary as vocabulary
 from collectors.prometheus import host_of
 
 NAMES = ("vllm:request_success_total", "vllm:time_to_first_token_seconds_bucket", "tgi_queue_size", "p99_ttft_ms",

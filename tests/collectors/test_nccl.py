@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from collectors import nccl
 from collectors.base import Artifact, Event, HostFact, ParseContext, Skipped, Topology
-from collectors.vocabulary import problems
+from collectors.framework.vocabulary import problems
 from tests.conftest import CORPUS, corpus_files, corpus_index, ingest_timeline
 from tests.data.nccl_multirank import NCCL_VERSION, write_job
 from workbench.store.bundle import Bundle

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import io
 
-from collectors import nccl_tests, registry
+from collectors import nccl_tests
 from collectors.base import Event, ParseContext, Skipped
+from collectors.framework import registry
 from tests.conftest import ROOT
 
 RUN = (ROOT / "tests" / "data" / "baseline" / "accepted" / "node07" / "all_reduce_perf.txt").read_text()

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from collectors import nvidia_smi, registry
+from collectors import nvidia_smi
 from collectors.base import Event, GpuInventory, GpuSample, ParseContext, Skipped, normalize_pci
+from collectors.framework import registry
 from tests.conftest import CORPUS, corpus_files, corpus_index, ingest_timeline
 from workbench.store.bundle import Bundle
 

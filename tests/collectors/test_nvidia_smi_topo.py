@@ -7,8 +7,9 @@ from __future__ import annotations
 import io
 import json
 
-from collectors import nvidia_smi, registry
+from collectors import nvidia_smi
 from collectors.base import HostFact, ParseContext, Skipped
+from collectors.framework import registry
 from tests.conftest import ROOT
 
 TABS = (ROOT / "tests" / "data" / "baseline" / "accepted" / "node07" / "nvidia-smi-topo-m.txt").read_text()

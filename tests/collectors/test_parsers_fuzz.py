@@ -11,7 +11,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collectors import registry
 from collectors.base import (
     LAYERS,
     SEVERITIES,
@@ -24,6 +23,7 @@ from collectors.base import (
     Skipped,
     Topology,
 )
+from collectors.framework import registry
 
 PARSERS = [(m, kind) for m in registry.all_collectors() if hasattr(m, "parse") for kind in m.KINDS]
 IDS = [f"{m.NAME}:{kind}" for m, kind in PARSERS]

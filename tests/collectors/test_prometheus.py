@@ -22,8 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collectors import prometheus, registry
+from collectors import prometheus
 from collectors.base import ParseContext, SeriesPoint, Skipped
+from collectors.framework import registry
 from tests.conftest import CORPUS, corpus_index, ingest_timeline, run_cli
 from workbench.analysis import series
 from workbench.store.bundle import Bundle

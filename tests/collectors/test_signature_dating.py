@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 from datetime import datetime, timezone
 
-from collectors._signatures import NEIGHBOUR_LINES, catalog
+from collectors.framework.signatures import NEIGHBOUR_LINES, catalog
 
 SOCKET = "dgx{h}:36{r}0:36{r}0 [{r}] NCCL INFO NET/Socket : Using [0]bond0:10.0.0.{r}<0> [1]docker0:172.17.0.1<0>"
 

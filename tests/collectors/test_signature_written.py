@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from collectors._framing import peel
-from collectors._signatures import catalog, load_signatures
+from collectors.framework.framing import peel
+from collectors.framework.signatures import catalog, load_signatures
 
 SAMPLES = [sample.line for sig in load_signatures() for sample in sig.samples]
 

@@ -12,9 +12,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collectors import vocabulary
-from collectors._framing import peel
-from collectors._signatures import CATALOG, SignatureError, catalog, load_signatures
+from collectors.framework import vocabulary
+from collectors.framework.framing import peel
+from collectors.framework.signatures import CATALOG, SignatureError, catalog, load_signatures
 from tests.conftest import ingest_timeline
 from workbench.analysis.causes import load_causes
 
@@ -123,7 +123,7 @@ def test_undated_lines_take_a_dated_neighbours_time_approximately():
 
 
 def test_lines_split_across_blocks_are_found_with_their_numbers(monkeypatch):
-    from collectors import _signatures
+    from collectors.framework import signatures as _signatures
 
     monkeypatch.setattr(_signatures, "BLOCK_BYTES", 64)
     data = b"".join(f"filler line {i:04d} with some words\n".encode() for i in range(20))
@@ -177,7 +177,7 @@ def test_a_log_pasted_in_wrappers_is_parsed_as_what_its_lines_are(tmp_path):
 
 
 def test_a_clean_kernel_log_is_not_respelled(tmp_path):
-    from collectors import registry
+    from collectors.framework import registry
 
     head = "Mar  6 09:55:01 node07 kernel: [ 1936.510073] NVRM: Xid (PCI:0000:19:00): 79, pid=0\n" * 5
     assert registry.sniff_unwrapped("kern.log", head) is None

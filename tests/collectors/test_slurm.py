@@ -15,8 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collectors import _hostlist, registry, slurm
+from collectors import slurm
 from collectors.base import Artifact, Event, ParseContext, Skipped
+from collectors.framework import hostlist as _hostlist
+from collectors.framework import registry
 from tests.conftest import CORPUS, corpus_index, ingest_timeline
 
 INDEX = corpus_index()

@@ -1,4 +1,4 @@
-"""The Xid catalog (playbooks/xid.yaml): complete for the Xids responders meet, and every entry usable."""
+"""The Xid catalog (collectors/catalog/xid.yaml): complete for the Xids responders meet, and every entry usable."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collectors import _xid_catalog as xid_catalog
-from collectors._xid_catalog import CatalogError, catalog, lookup, parse_catalog
 from collectors.base import LAYERS, SEVERITIES
+from collectors.framework import xid_catalog as xid_catalog
+from collectors.framework.xid_catalog import CatalogError, catalog, lookup, parse_catalog
 
-PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
+RULES = Path(__file__).resolve().parents[2] / "rules"
 REQUIRED_XIDS = [8, 13, 31, 32, 38, 43, 45, 48, 56, 57, 61, 62, 63, 64, 68, 69, 73, 74, 79, 92, 94, 95, 109, 110,
                  119, 120, 121, 122, 123, 140, 143, *range(144, 151), 154, 155]
 
@@ -23,7 +23,7 @@ def test_every_required_xid_is_catalogued():
 
 
 def test_every_entry_is_complete_and_valid():
-    causes = set(yaml.safe_load((PLAYBOOKS / "causes.yaml").read_text()))
+    causes = set(yaml.safe_load((RULES / "causes.yaml").read_text()))
     for code, info in catalog().items():
         assert info.name and info.meaning, code
         assert info.layer in LAYERS and info.severity in SEVERITIES, code

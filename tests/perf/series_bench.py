@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from collectors._metric_vocabulary import (
+from collectors.base import Event, to_utc
+from collectors.framework.metric_vocabulary import (
     COUNTERS,
     CUMULATIVE_LATENCY,
     IDENTITY_LABELS,
@@ -50,7 +51,6 @@ from collectors._metric_vocabulary import (
     family,
     unit_scale,
 )
-from collectors.base import Event, to_utc
 from workbench.analysis import series as new_series
 from workbench.ingest.derivations import series_anomaly as new_anomaly
 from workbench.store.bundle import Bundle

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from analyze_bench import build  # noqa: E402  (the shared bulk builder beside this file)
 
-from workbench import query  # noqa: E402
+from workbench.query import events as query  # noqa: E402
 from workbench.store.bundle import Bundle  # noqa: E402
 from workbench.store.shared_bundle import SharedBundle  # noqa: E402
 from workbench.table import format_table  # noqa: E402

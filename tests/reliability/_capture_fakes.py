@@ -161,7 +161,7 @@ COLLECTORS[-1].parse = _slow_parse
 
 
 def main(argv: list[str]) -> int:
-    from collectors import registry
+    from collectors.framework import registry
     from workbench.cli import main as cli
 
     registry.all_collectors = lambda: COLLECTORS  # type: ignore[assignment]

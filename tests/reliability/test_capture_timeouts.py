@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from collectors import registry
 from collectors.base import Artifact
+from collectors.framework import registry
 from tests.reliability._capture_fakes import alive, kill, read_pids
 from workbench.capture.live import LiveContext, capture, spool_margin
 from workbench.cli import build_parser

@@ -28,9 +28,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collectors import registry
-from collectors._redact import MASK, redact_argv, redact_bytes, redact_env
 from collectors.base import Artifact
+from collectors.framework import registry
+from collectors.framework.redact import MASK, redact_argv, redact_bytes, redact_env
 from tests.reliability.conftest import ROOT, gpuwb
 from workbench.capture.live import LiveContext, capture
 from workbench.store.bundle import Bundle

@@ -21,8 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collectors import k8s, nccl, nvidia_smi, prometheus, registry
+from collectors import k8s, nccl, nvidia_smi, prometheus
 from collectors.base import Event, ParseContext, Skipped
+from collectors.framework import registry
 from tests.conftest import CORPUS
 from tests.reliability.test_one_bad_item import corpus_events, corpus_matrix, event_list
 from workbench.ingest.session import ingest_paths

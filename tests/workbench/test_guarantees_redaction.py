@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors import registry
 from collectors.base import Artifact
+from collectors.framework import registry
 from workbench.capture.live import capture
 from workbench.store.bundle import Bundle
 

@@ -1,6 +1,6 @@
 """Redaction, exactly: the scrubbed bytes and the count, across many lines and after a header was masked.
 
-Written against the mutants that survived `make mutation` on collectors/_redact.py: the name-led
+Written against the mutants that survived `make mutation` on collectors/framework/redact.py: the name-led
 patterns run only on spans of lines near a hint word, so a span computed one byte or one line off
 lets a secret through while the single-line tests still pass."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from collectors._redact import MASK, RULES, redact_argv, redact_bytes, redact_env, secret_name
+from collectors.framework.redact import MASK, RULES, redact_argv, redact_bytes, redact_env, secret_name
 from tests.conftest import ROOT
 
 M = MASK.encode()
@@ -74,7 +74,7 @@ def test_names_without_words_are_not_secrets():
     assert secret_name("") is False and secret_name("--") is False and secret_name("_") is False
 
 
-# -- one example per rule: each shape of collectors/_redact.py's RULES, masked exactly ----------------
+# -- one example per rule: each shape of collectors/framework/redact.py's RULES, masked exactly ----------------
 
 EXAMPLES = {
     "PEM private key block": (

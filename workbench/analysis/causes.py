@@ -1,4 +1,4 @@
-"""The cause catalog (playbooks/causes.yaml): what each root cause id means and what to do about it.
+"""The cause catalog (rules/causes.yaml): what each root cause id means and what to do about it.
 
 The ids of docs/causes.md are a contract (the analyze JSON, the report, the TUI); the catalog is data so
 a responder can read and extend it, and this module refuses a catalog that breaks the contract.
@@ -7,13 +7,13 @@ a responder can read and extend it, and this module refuses a catalog that break
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-import playbooks
-from collectors.vocabulary import LAYERS, SYMPTOM_KINDS
+import rules
+from collectors.catalog import package_text
+from collectors.framework.vocabulary import LAYERS, SYMPTOM_KINDS
 from workbench.errors import GpuwbError
 
 DESIGN_CAUSES: dict[str, tuple[str, ...]] = {
@@ -89,15 +89,9 @@ def validate_causes(data: Any) -> dict[str, dict[str, Any]]:
     return data
 
 
-def catalog_text(name: str) -> str:
-    """A YAML file shipped in the playbooks package. Read through the package path rather than
-    importlib.resources, which refuses the namespace-style path an editable install gives it."""
-    return (Path(next(iter(playbooks.__path__))) / name).read_text(encoding="utf-8")
-
-
 @functools.lru_cache(maxsize=1)
 def _load() -> dict[str, dict[str, Any]]:
-    text = catalog_text("causes.yaml")
+    text = package_text(rules, "causes.yaml")
     return validate_causes(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
 
 

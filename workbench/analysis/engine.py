@@ -24,7 +24,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from collectors.vocabulary import LAYERS, SYMPTOMS, VERDICTS
+from collectors.framework.vocabulary import LAYERS, SYMPTOMS, VERDICTS
 from workbench.analysis.causes import load_causes
 from workbench.analysis.clockskew import estimate_offsets
 from workbench.analysis.hypotheses import (

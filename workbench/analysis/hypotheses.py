@@ -31,8 +31,8 @@ from typing import Any
 
 import duckdb
 
-from collectors._hostlist import expand_hostlist as slurm_hostlist
 from collectors.base import normalize_pci
+from collectors.framework.hostlist import expand_hostlist as slurm_hostlist
 from workbench.analysis.rank_places import rank_places
 
 LOW_SCORE = 0.2

@@ -16,9 +16,11 @@ from typing import Any
 import duckdb
 import yaml
 
+import playbooks
 from collectors.base import normalize_pci
-from collectors.vocabulary import LAYERS
-from workbench.analysis.causes import catalog_text, load_causes
+from collectors.catalog import package_text
+from collectors.framework.vocabulary import LAYERS
+from workbench.analysis.causes import load_causes
 from workbench.errors import GpuwbError
 from workbench.store.schema import EVIDENCE_TABLES
 
@@ -100,7 +102,7 @@ class Playbook:
 
 # -- loading and validation --------------------------------------------------------------------
 def _read_yaml(name: str) -> Any:
-    text = catalog_text(name)
+    text = package_text(playbooks, name)
     try:
         return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when present: 10x
     except yaml.YAMLError as exc:
@@ -281,10 +283,10 @@ def prepare(con: duckdb.DuckDBPyConnection) -> None:
     """Register what checks may join besides the bundle: ``xid_catalog`` (one row per Xid and cause).
 
     Temporary, so it works on a read-only bundle and is never stored in the evidence."""
-    from collectors._xid_catalog import CatalogError, parse_catalog  # its schema lives with its collector
+    from collectors.framework.xid_catalog import CatalogError, catalog_source, parse_catalog
 
     try:
-        entries, _ = parse_catalog(catalog_text("xid.yaml"))
+        entries, _ = parse_catalog(catalog_source())
     except CatalogError as exc:  # an edited catalog is input like an edited playbook: one line
         raise PlaybookError(f"xid.yaml: {exc}") from None
     rows = [(code, cause, info.follower, info.severity) for code, info in entries.items() for cause in info.causes]

@@ -1,7 +1,7 @@
 """Serving metrics in one vocabulary, and the arithmetic Prometheus does on them.
 
 Parsers store every sample as it was exposed and add one label, ``metric``, naming it in the
-common vocabulary of collectors/_metric_vocabulary.py (which also says each name's unit), so a
+common vocabulary of collectors/framework/metric_vocabulary.py (which also says each name's unit), so a
 check can ask for "p99 TTFT" whatever engine served it.
 
 Derived numbers (interval quantiles from bucket deltas, counter rates, error ratios) are not
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from collectors._metric_vocabulary import (
+from collectors.framework.metric_vocabulary import (
     COUNTERS,
     CUMULATIVE_LATENCY,
     IDENTITY_LABELS,

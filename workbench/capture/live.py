@@ -45,9 +45,9 @@ from typing import Any
 
 import duckdb
 
-from collectors import registry
-from collectors._redact import redact_argv, redact_bytes
 from collectors.base import Artifact
+from collectors.framework import registry
+from collectors.framework.redact import redact_argv, redact_bytes
 from workbench.errors import GpuwbError, as_interrupt, interrupt_for
 from workbench.ingest.derive import run_derivations
 from workbench.ingest.session import FileResult, Session

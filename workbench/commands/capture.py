@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from collectors import registry
+from collectors.framework import registry
 from workbench.commands._args import positive_float
 from workbench.errors import UsageError
 from workbench.table import format_table

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from collectors.vocabulary import LAYERS
+from collectors.framework.vocabulary import LAYERS
 from workbench.commands._args import non_negative_int
 from workbench.table import printable
 from workbench.timespec import parse_instant

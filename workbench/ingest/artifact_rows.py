@@ -17,10 +17,10 @@ from datetime import datetime, timedelta, timezone
 from types import ModuleType
 from typing import BinaryIO
 
-from collectors import registry
-from collectors._signatures import STRUCTURED_KINDS
-from collectors._signatures import catalog as signature_catalog
 from collectors.base import Event, HostFact, ParseContext, Row, Skipped
+from collectors.framework import registry
+from collectors.framework.signatures import STRUCTURED_KINDS
+from collectors.framework.signatures import catalog as signature_catalog
 
 UNWRAP_BATCH_LINES = 10_000
 
@@ -128,7 +128,7 @@ def _parser_rows(module: ModuleType, request: ParseRequest, ctx: ParseContext, s
 
 def _recognised(stream_factory: Callable[[], BinaryIO], ctx: ParseContext, parsed: dict[int, set[str]],
                 host: str | None, source_name: str) -> Iterator[Row]:
-    """Known messages of playbooks/signatures.yaml on every line, whatever the wrapper: a line the
+    """Known messages of collectors/catalog/signatures.yaml on every line, whatever the wrapper: a line the
     parser already wrote the same kind for is not written again."""
     try:
         with stream_factory() as stream:
@@ -147,8 +147,8 @@ def _recognised(stream_factory: Callable[[], BinaryIO], ctx: ParseContext, parse
 def _unwrapped(stream_factory: Callable[[], BinaryIO], reference: datetime | None) -> BinaryIO:
     """The artifact's lines with their wrappers peeled, one line out per line in (so line numbers still
     point into the stored bytes), spooled to disk past 64 MiB."""
-    from collectors._framing import unframed_lines
     from collectors.base import iter_lines
+    from collectors.framework.framing import unframed_lines
 
     out = tempfile.SpooledTemporaryFile(max_size=64 << 20)
     with stream_factory() as stream:

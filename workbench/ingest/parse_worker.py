@@ -264,7 +264,7 @@ def _preload() -> None:
     still sniffing its inputs then, so this costs no wall time (every parser would cost ~15 MB more).
     Here, and only here, the kernel parser may map the files it reads (collectors/kernel.py MAP_FILES)."""
     from collectors import kernel, nccl  # noqa: F401  (the parsers of big files; the others on demand)
-    from collectors._signatures import catalog
+    from collectors.framework.signatures import catalog
 
     catalog()
     kernel.MAP_FILES = True

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from collectors import registry
+from collectors.framework import registry
 from workbench.ingest.derive import run_derivations
 from workbench.ingest.session import Item, Session, _classify
 from workbench.store.bundle import Bundle

@@ -28,8 +28,8 @@ from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import Any, BinaryIO
 
-from collectors import registry
 from collectors.base import HostFact
+from collectors.framework import registry
 from workbench.errors import GpuwbError, as_interrupt, signals_deferred
 from workbench.ingest import zip_recovery
 from workbench.ingest.artifact_rows import HostClocks, ParseRequest, ParseSummary, artifact_rows
@@ -166,7 +166,7 @@ class Session:
                         info: dict[str, Any] | None = None, unwrap: bool = False,
                         path: Path | None = None) -> FileResult:
         """Store the bytes (deduplicated), then parse them into rows (with ``unwrap``, the lines with their
-        wrappers peeled, see collectors/_framing.py). A file sent ahead, or one at ``path`` of WORKER_BYTES
+        wrappers peeled, see collectors/framework/framing.py). A file sent ahead, or one at ``path`` of WORKER_BYTES
         or more, is parsed by the worker while its bytes are stored here. Never raises for bad content."""
         request = self.request(name=name, kind=kind, module=module, host=host, captured_at=captured_at,
                                mtime=mtime, unwrap=unwrap)

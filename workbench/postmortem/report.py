@@ -21,7 +21,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from collectors.vocabulary import FAILED_JOB_STATES, LAYER_TITLES, LAYERS
+from collectors.framework.vocabulary import FAILED_JOB_STATES, LAYER_TITLES, LAYERS
 from workbench import __version__
 from workbench.postmortem.svg import Lane, Mark, line_chart, swimlane
 from workbench.query import events as query

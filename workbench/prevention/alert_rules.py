@@ -1,5 +1,5 @@
 """Alert rules that would have caught the incident: the monitoring templates of its causes
-(playbooks/alerts.yaml) with thresholds set from the incident's own pre-incident baseline, replayed
+(rules/alerts.yaml) with thresholds set from the incident's own pre-incident baseline, replayed
 over the bundle's samples to say when each would have fired and how long before detection.
 
 A postmortem's monitoring action item is only worth something if it is a rule someone can load and
@@ -17,7 +17,9 @@ from typing import Any
 
 import yaml
 
-from workbench.analysis.causes import CatalogError, catalog_text, load_causes
+import rules
+from collectors.catalog import package_text
+from workbench.analysis.causes import CatalogError, load_causes
 from workbench.prevention import alert_replay
 from workbench.prevention.alert_replay import Expr, Labels, Replay
 from workbench.store.bundle import Bundle
@@ -36,7 +38,7 @@ _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
 
 @dataclass(frozen=True)
 class Template:
-    """One monitoring template of playbooks/alerts.yaml."""
+    """One monitoring template of rules/alerts.yaml."""
 
     cause: str
     alert: str
@@ -169,7 +171,7 @@ def _check_threshold(t: Template, where: str) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _load() -> tuple[dict[str, list[Template]], dict[str, str]]:
-    data = yaml.load(catalog_text("alerts.yaml"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    data = yaml.load(package_text(rules, "alerts.yaml"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return validate_templates(data, set(load_causes()))
 
 
@@ -307,7 +309,7 @@ def rules_yaml(the_plan: Plan, group: str) -> str:
     rules = [{"alert": r.template.alert, "expr": r.expr, "for": r.hold, "labels": r.labels,
               "annotations": r.annotations} for r in the_plan.rules]
     doc = {"groups": [{"name": group, "rules": rules}]}
-    head = (f"# Written by gpuwb report --rules: the monitoring templates (playbooks/alerts.yaml) of "
+    head = (f"# Written by gpuwb report --rules: the monitoring templates (rules/alerts.yaml) of "
             f"{', '.join(the_plan.causes) or 'no cause'},\n"
             "# thresholds from the incident's pre-incident baseline (annotation 'threshold'; docs/alerts.md).\n")
     return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=True)

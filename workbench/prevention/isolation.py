@@ -1,5 +1,5 @@
 """Isolation and change rules: what an operator applies after a postmortem whose cause is a bad node,
-a bad GPU, a noisy neighbour or a bad release (playbooks/isolation.yaml).
+a bad GPU, a noisy neighbour or a bad release (rules/isolation.yaml).
 
 The rules are filled in for the analysis' top causes and their places: Slurm and kubectl commands,
 Kubernetes objects and change-freeze records. Values come from evidence (host names, bus ids, the
@@ -27,7 +27,9 @@ from typing import Any, TextIO
 
 import yaml
 
-from workbench.analysis.causes import catalog_text, load_causes
+import rules
+from collectors.catalog import package_text
+from workbench.analysis.causes import load_causes
 from workbench.errors import GpuwbError
 from workbench.store.bundle import Bundle
 
@@ -66,7 +68,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class IsolationError(GpuwbError, ValueError):
-    """playbooks/isolation.yaml does not match its schema; the message names the entry."""
+    """rules/isolation.yaml does not match its schema; the message names the entry."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,7 @@ def _check_params(where: str, params: dict[str, Any]) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _load() -> dict[str, Any]:
-    data = yaml.load(catalog_text("isolation.yaml"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    data = yaml.load(package_text(rules, "isolation.yaml"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return validate_isolation(data, load_causes())
 
 

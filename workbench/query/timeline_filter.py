@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, time, timezone
 
-from collectors.vocabulary import LAYERS, SEVERITIES
+from collectors.framework.vocabulary import LAYERS, SEVERITIES
 from workbench.errors import InputError
 from workbench.query.events import EventFilter
 from workbench.timespec import parse_instant

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from collectors.vocabulary import LAYERS, VERDICTS
+from collectors.framework.vocabulary import LAYERS, VERDICTS
 from workbench.errors import InputError
 from workbench.store.bundle import Bundle, BundleError, utc_naive
 

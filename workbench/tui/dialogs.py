@@ -26,7 +26,7 @@ from textual.suggester import SuggestFromList
 from textual.widget import Widget
 from textual.widgets import Input
 
-from collectors.vocabulary import VERDICT_MARKS, VERDICTS
+from collectors.framework.vocabulary import VERDICT_MARKS, VERDICTS
 from workbench.errors import InputError
 from workbench.store.bundle import utc_naive
 from workbench.store.journal import ACTION_STATUSES, PRIORITIES, SEVERITIES, STATUSES, TIME_KINDS, ActionItem
@@ -324,7 +324,7 @@ class RootCauseChoice:
 
 
 class RootCauseDialog(Dialog[RootCauseChoice | None]):
-    """Mark the root cause: a cause id of playbooks/causes.yaml (completed as you type), where it
+    """Mark the root cause: a cause id of rules/causes.yaml (completed as you type), where it
     is, and a sentence. Prefilled from a hypothesis by the caller."""
 
     title_text = "Mark the root cause"

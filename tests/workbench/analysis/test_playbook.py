@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+import playbooks
+import rules
+from collectors.catalog import package_text
 from tests.conftest import run_cli
 from workbench.analysis.causes import (
     DESIGN_CAUSES,
     SYMPTOM_KINDS,
     CatalogError,
-    catalog_text,
     load_causes,
     validate_causes,
 )
@@ -75,11 +77,11 @@ def test_training_and_inference_differ_in_emphasis_and_thresholds() -> None:
 
 
 def _library_doc() -> dict:
-    return yaml.safe_load(catalog_text("checks.yaml"))
+    return yaml.safe_load(package_text(playbooks, "checks.yaml"))
 
 
 def _playbook_doc() -> dict:
-    return yaml.safe_load(catalog_text("training.yaml"))
+    return yaml.safe_load(package_text(playbooks, "training.yaml"))
 
 
 @pytest.mark.parametrize(("mutate", "message"), [
@@ -124,7 +126,7 @@ def test_playbook_schema_refuses(mutate, message: str) -> None:
     (lambda d: d["app_gpu_fault"].update(absorbs=["gpu_hang"]), "absorb each other"),
 ])
 def test_cause_catalog_refuses(mutate, message: str) -> None:
-    doc = copy.deepcopy(yaml.safe_load(catalog_text("causes.yaml")))
+    doc = copy.deepcopy(yaml.safe_load(package_text(rules, "causes.yaml")))
     mutate(doc)
     with pytest.raises(CatalogError, match=message):
         validate_causes(doc)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from collectors import _metric_vocabulary as vocabulary
 from collectors import prometheus
 from collectors.base import ParseContext, SeriesPoint
+from collectors.framework import metric_vocabulary as vocabulary
 from workbench.analysis import series
 from workbench.ingest.session import ingest_paths
 from workbench.store.bundle import Bundle

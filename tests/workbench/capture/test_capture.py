@@ -12,8 +12,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collectors import host, registry
+from collectors import host
 from collectors.base import Artifact
+from collectors.framework import registry
 from tests.reliability._capture_fakes import fake_collector
 from workbench.capture.live import capture
 from workbench.store.bundle import Bundle

@@ -63,7 +63,7 @@ def test_detection_is_inferred_from_the_analysis_first_symptom(tmp_path: Path) -
 
 
 def test_the_analysis_names_the_symptom_each_quoted_line_shows(tmp_path: Path) -> None:
-    from collectors.vocabulary import SYMPTOM_KINDS
+    from collectors.framework.vocabulary import SYMPTOM_KINDS
     from workbench.analysis.engine import analyze
     from workbench.demo import training
     from workbench.ingest.session import ingest_paths

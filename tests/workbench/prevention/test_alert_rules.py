@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collectors.vocabulary import event_kinds
+import rules
+from collectors.catalog import package_text
+from collectors.framework.vocabulary import event_kinds
 from tests.conftest import run_cli
-from workbench.analysis.causes import CatalogError, catalog_text, load_causes
+from workbench.analysis.causes import CatalogError, load_causes
 from workbench.prevention import alert_replay, alert_rules, rules_test
 from workbench.prevention.alert_replay import STEP, Replay, Series
 from workbench.store.bundle import Bundle
@@ -54,11 +56,11 @@ def test_log_counter_rules_name_declared_event_kinds_and_attrs():
 
 
 def test_a_template_for_an_unknown_cause_or_in_an_unknown_form_is_refused():
-    data = yaml.safe_load(catalog_text("alerts.yaml"))
+    data = yaml.safe_load(package_text(rules, "alerts.yaml"))
     data["rules"]["no_such_cause"] = data["rules"]["nvswitch_fault"]
     with pytest.raises(CatalogError, match="no_such_cause"):
         alert_rules.validate_templates(data, set(load_causes()))
-    data = yaml.safe_load(catalog_text("alerts.yaml"))
+    data = yaml.safe_load(package_text(rules, "alerts.yaml"))
     data["rules"]["nvswitch_fault"][0]["expr"] = "rate({series}[5m]) > {threshold}"
     with pytest.raises(CatalogError, match="unsupported expression form"):
         alert_rules.validate_templates(data, set(load_causes()))

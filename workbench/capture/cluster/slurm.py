@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
-from collectors._hostlist import expand_hostlist
+from collectors.framework.hostlist import expand_hostlist
 from workbench.capture.cluster.coverage import NodeResult, down, judge
 from workbench.errors import UsageError
 

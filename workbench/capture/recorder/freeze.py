@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from collectors._redact import redact_bytes
+from collectors.framework.redact import redact_bytes
 from workbench.capture.recorder.config import RecorderConfig
 from workbench.capture.recorder.ring import RingRecord, read_ring, records_by_source
 from workbench.ingest.merge import merge_bundles

@@ -1,5 +1,5 @@
 """gpuwb's own exporter: ``gpuwb_log_events_total``, a counter of the log events the recorder reads, for
-the alert rules ``gpuwb report --rules`` writes (playbooks/alerts.yaml) where no exporter has the signal
+the alert rules ``gpuwb report --rules`` writes (rules/alerts.yaml) where no exporter has the signal
 (an Xid or AER line, a Slurm drain, an OOM kill, NFS not responding).
 
 Every line the recorder follows is parsed by the same collectors and signature catalog ``gpuwb ingest``
@@ -7,7 +7,7 @@ uses (workbench/ingest/artifact_rows.py), so a line counts under the kind and la
 replay of workbench/prevention/alert_replay.py builds the same series from a bundle through :func:`event_labels`.
 
 Labels are bounded (docs/alerts.md): ``instance`` is the host the event names (else the recorder's),
-``kind`` one of playbooks/events.yaml, ``xid`` a code of up to three digits, ``state``, ``reason`` and
+``kind`` one of collectors/catalog/events.yaml, ``xid`` a code of up to three digits, ``state``, ``reason`` and
 ``event_severity`` single words; anything else reads ``other``, and so does every value past the first
 :data:`MAX_VALUES` of a label. A label set first seen shows 0 for ``hold_s`` before its count, because
 Prometheus' ``increase()`` cannot see the rise of a series whose first sample is already 1.
@@ -71,8 +71,8 @@ def event_labels(host: str | None, kind: str, attrs: dict[str, Any] | None,
 
 
 def catalog_kinds() -> frozenset[str]:
-    """The event kinds of playbooks/events.yaml: the values ``kind`` may take."""
-    from collectors.vocabulary import event_kinds
+    """The event kinds of collectors/catalog/events.yaml: the values ``kind`` may take."""
+    from collectors.framework.vocabulary import event_kinds
 
     return frozenset(event_kinds())
 
@@ -197,7 +197,7 @@ class SourceKind:
 def classify(path: str | None, head: bytes, fallback: str = "unknown") -> SourceKind:
     """The kind of a followed file, sniffed from its first bytes as ``gpuwb ingest`` sniffs a file:
     the most confident collector, else the lines unwrapped, else ``fallback``."""
-    from collectors import registry
+    from collectors.framework import registry
 
     name = os.path.basename(path or "")
     text = head.decode("utf-8", "replace")
@@ -256,7 +256,7 @@ class LineEvents:
         request = ParseRequest(module=what.module, kind=what.kind, host=self.host, source_name=source,
                                unwrap=what.unwrap)
         data = "".join(f"{line}\n" for line in lines).encode("utf-8", "surrogateescape")
-        from collectors._signatures import STRUCTURED_KINDS
+        from collectors.framework.signatures import STRUCTURED_KINDS
 
         # a structured kind is read as JSON Lines: each line one document (kubectl get events -w -o json | jq -c .)
         chunks: Iterable[bytes] = data.splitlines(keepends=True) if what.kind in STRUCTURED_KINDS else [data]

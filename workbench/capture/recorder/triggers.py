@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from collectors._kernel_lines import Classifier, Record, Stamp, split_prefix
 from collectors.base import Event
+from collectors.framework.kernel_lines import Classifier, Record, Stamp, split_prefix
 
 KERNEL_TRIGGERS = ("xid", "sxid", "gpu_fell_off_bus")
 NCCL_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout|ran for \d+ milliseconds before timing out|"

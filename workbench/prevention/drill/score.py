@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.base import normalize_pci
-from collectors.vocabulary import LAYERS
+from collectors.framework.vocabulary import LAYERS
 from workbench.errors import InputError
 from workbench.store import journal
 from workbench.store.bundle import Bundle

@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 
-from collectors.vocabulary import LAYER_TITLES, LAYERS, VERDICT_MARKS
+from collectors.framework.vocabulary import LAYER_TITLES, LAYERS, VERDICT_MARKS
 from workbench.analysis.findings import Analysis, Hypothesis
 from workbench.query import events as query
 from workbench.tui.screens.base import CockpitScreen, Spec, guarded

@@ -25,7 +25,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets.tree import TreeNode
 
-from collectors.vocabulary import LAYER_TITLES, LAYERS, VERDICT_MARKS
+from collectors.framework.vocabulary import LAYER_TITLES, LAYERS, VERDICT_MARKS
 from workbench.analysis.findings import Analysis, Check, Step
 from workbench.analysis.playbook_review import CheckRows, check_rows, clear_needs_reason, unreviewed
 from workbench.store import journal

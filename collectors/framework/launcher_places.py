@@ -34,8 +34,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from collectors._torch_dist import Continuation, Finding
 from collectors.base import Topology
+from collectors.framework.torch_dist import Continuation, Finding
 
 MAX_RANKS = 65536
 _JOB_IN_NAME = re.compile(r"(?:slurm|job)[-_.]?(?P<job>\d{2,})")

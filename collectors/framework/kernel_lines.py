@@ -7,7 +7,7 @@ journalctl short-iso / short-iso-precise / short-precise, syslog with or without
 /dev/kmsg and pstore (``<6>[ ...]``), and bare messages with no time at all.
 
 The event kinds it writes (xid, sxid, gpu_fell_off_bus, nvrm, pcie_aer, mce, oom_kill, link_down, nfs_not_responding,
-lustre_error, ...) and their attrs are declared in playbooks/events.yaml.
+lustre_error, ...) and their attrs are declared in collectors/catalog/events.yaml.
 """
 
 from __future__ import annotations
@@ -474,7 +474,7 @@ class Classifier:
         return last is None or line - last > 50
 
     def _xid(self, rec: Record, m: re.Match[str]) -> Iterator[Row]:
-        from collectors._xid_catalog import lookup
+        from collectors.framework.xid_catalog import lookup
 
         loc = m.group("loc")
         pci = _pci(loc.split("GPU-I:")[0].replace("PCI:", ""))

@@ -35,8 +35,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
-from collectors._json_items import no_lone_surrogates
 from collectors.base import MONTHS, from_monotonic, infer_year
+from collectors.framework.json_items import no_lone_surrogates
 
 ISO = (r"(?P<date>\d{4}-\d\d-\d\d)[T _](?P<clock>\d\d:\d\d:\d\d)(?:(?P<sep>[.,])(?P<frac>\d{1,9}))?"
        r"(?P<tz>Z|[+-]\d\d(?::?\d\d)?)?")

@@ -2,7 +2,7 @@
 
 Collectors may not import the workbench, so the vocabulary lives here and the workbench imports it
 from here. The small vocabularies are constants; the event kinds (layer, attrs, meaning) are a
-catalog, ``playbooks/events.yaml``, read on first use so that importing a collector stays cheap.
+catalog, ``collectors/catalog/events.yaml``, read on first use so that importing a collector stays cheap.
 ``tests/test_vocabulary.py`` checks every event the parsers write against it, and that
 ``docs/events.md`` is what :func:`events_markdown` makes of it.
 """
@@ -48,11 +48,11 @@ FAILED_JOB_STATES = ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "CANCELL
 """Slurm end states in which a job failed: a job_state or step_killed event in one of them shows the
 job_failed symptom (the symptoms query of playbooks/checks.yaml lists the same)."""
 
-_CATALOG = Path(__file__).resolve().parent.parent / "playbooks" / "events.yaml"
+_CATALOG = Path(__file__).resolve().parents[1] / "catalog" / "events.yaml"
 
 
 class VocabularyError(ValueError):
-    """playbooks/events.yaml is malformed: a programming error, named with its place."""
+    """collectors/catalog/events.yaml is malformed: a programming error, named with its place."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class EventKind:
 
 
 def event_kinds() -> dict[str, EventKind]:
-    """Every declared event kind by name, from playbooks/events.yaml."""
+    """Every declared event kind by name, from collectors/catalog/events.yaml."""
     return _catalog()[0]
 
 
@@ -125,7 +125,7 @@ def problems(kind: str, layer: str | None, attrs: dict[str, Any] | None) -> list
     """What an event says that the vocabulary does not declare; empty when it is all declared."""
     declared = event_kinds().get(kind)
     if declared is None:
-        return [f"kind {kind!r} is not declared in playbooks/events.yaml"]
+        return [f"kind {kind!r} is not declared in collectors/catalog/events.yaml"]
     out = []
     if layer not in declared.layers:
         out.append(f"{kind}: layer {layer!r} is not one of {', '.join(declared.layers)}")
@@ -136,7 +136,8 @@ def problems(kind: str, layer: str | None, attrs: dict[str, Any] | None) -> list
 def events_markdown() -> str:
     """docs/events.md: the event kinds table, generated from the declaration (scripts/events_doc.py)."""
     lines = ["# Event kinds", "",
-             "Generated from `playbooks/events.yaml` by `scripts/events_doc.py`; edit the YAML, not this file.",
+             "Generated from `collectors/catalog/events.yaml` by `scripts/events_doc.py`; edit the YAML, "
+             "not this file.",
              "Every timeline event (`gpuwb timeline --json`) has one of these kinds; `attrs` holds at most",
              "the attributes listed for its kind, each only when the evidence gives it.", "",
              "Layers: " + ", ".join(f"`{layer}` ({LAYER_TITLES[layer]})" for layer in LAYERS) + ".", "",

@@ -9,7 +9,7 @@ from types import ModuleType
 
 import collectors
 
-_NOT_COLLECTORS = {"base", "registry"}
+_NOT_COLLECTORS = {"base", "framework", "catalog"}
 
 
 @lru_cache(maxsize=1)
@@ -69,7 +69,7 @@ def sniff_unwrapped(name: str, head: str) -> tuple[int, str, ModuleType] | None:
     """What the head is once the wrappers no collector reads are peeled off (a dmesg pasted in a Markdown
     quote, an NCCL log through CRI or kubectl --timestamps, ``dmesg -H``): :func:`sniff_scored` on the
     unwrapped lines, or None when there was nothing to peel or still no verdict."""
-    from collectors._framing import unframed_lines  # deferred: only files no sniffer took get here
+    from collectors.framework.framing import unframed_lines  # deferred: only files no sniffer took get here
 
     lines = head.splitlines()[:400]
     unwrapped = list(unframed_lines(lines))

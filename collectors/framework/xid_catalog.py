@@ -1,4 +1,4 @@
-"""The Xid catalog (playbooks/xid.yaml) as typed entries: what an Xid means, where it points, what to do.
+"""The Xid catalog (collectors/catalog/xid.yaml) as typed entries: what an Xid means, where it points, what to do.
 
 The catalog is data so that responders can correct it without touching code; this module only
 loads and validates it, once, and only when a kernel log actually holds an Xid (YAML parsing is
@@ -9,18 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-import playbooks
-from collectors.vocabulary import LAYERS, SEVERITIES
+from collectors import catalog as catalogs
+from collectors.framework.vocabulary import LAYERS, SEVERITIES
 
 REQUIRED = ("name", "meaning", "layer", "severity", "action", "follower", "causes")
 
 
 @dataclass(frozen=True)
 class XidInfo:
-    """One catalog entry; ``causes`` are ids of playbooks/causes.yaml."""
+    """One catalog entry; ``causes`` are ids of rules/causes.yaml."""
 
     code: int
     name: str
@@ -37,9 +36,9 @@ class CatalogError(ValueError):
     """The YAML breaks the catalog's contract (a missing field, an unknown layer or action)."""
 
 
-def _load_text() -> str:
-    # the package path, not importlib.resources: an editable install makes playbooks a namespace path
-    return (Path(next(iter(playbooks.__path__))) / "xid.yaml").read_text(encoding="utf-8")
+def catalog_source() -> str:
+    """The text of collectors/catalog/xid.yaml."""
+    return catalogs.package_text(catalogs, "xid.yaml")
 
 
 def parse_catalog(text: str) -> tuple[dict[int, XidInfo], dict[str, str]]:
@@ -72,13 +71,13 @@ def parse_catalog(text: str) -> tuple[dict[int, XidInfo], dict[str, str]]:
 @lru_cache(maxsize=1)
 def catalog() -> dict[int, XidInfo]:
     """Every catalogued Xid by code."""
-    return parse_catalog(_load_text())[0]
+    return parse_catalog(catalog_source())[0]
 
 
 @lru_cache(maxsize=1)
 def actions() -> dict[str, str]:
     """Resolution bucket -> what a responder does."""
-    return parse_catalog(_load_text())[1]
+    return parse_catalog(catalog_source())[1]
 
 
 def lookup(code: int) -> XidInfo:

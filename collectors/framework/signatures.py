@@ -1,5 +1,5 @@
 """Known messages recognised on every line of every text artifact, whatever its format: the catalog
-of playbooks/signatures.yaml.
+of collectors/catalog/signatures.yaml.
 
 A format parser knows the lines of its own format; a known message (a CUDA error, a vLLM engine
 failure, a cgroup OOM kill, an Xid) also arrives pasted into an issue, inside a container's log, in
@@ -9,7 +9,7 @@ anchors, and at least two real sample lines with their source (the loader refuse
 
 Cost: all anchors are compiled into one RE2 alternation run over raw byte blocks (a DFA, ~800 MB/s
 here, against ~30 MB/s for Python's ``re`` with the same alternation), so only lines holding an
-anchor are decoded, framed (collectors/_framing.py) and matched against the few signatures whose
+anchor are decoded, framed (collectors/framework/framing.py) and matched against the few signatures whose
 anchors they hold.
 """
 
@@ -24,10 +24,10 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from collectors._framing import Framed, frame_lines, peel
 from collectors.base import LAYERS, SEVERITIES, Event, normalize_pci
+from collectors.framework.framing import Framed, frame_lines, peel
 
-CATALOG = Path(__file__).resolve().parent.parent / "playbooks" / "signatures.yaml"
+CATALOG = Path(__file__).resolve().parents[1] / "catalog" / "signatures.yaml"
 MIN_SAMPLES = 2
 BLOCK_BYTES = 4 << 20
 MAX_LINE = 64 << 10
@@ -50,7 +50,7 @@ STRUCTURED_KINDS = frozenset({
 
 
 class SignatureError(ValueError):
-    """playbooks/signatures.yaml is malformed: named with the signature and the field."""
+    """collectors/catalog/signatures.yaml is malformed: named with the signature and the field."""
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ def _signature(entry: Any, where: str) -> Signature:
 
 @cache
 def catalog() -> Matcher:
-    """The matcher of playbooks/signatures.yaml, built once per process."""
+    """The matcher of collectors/catalog/signatures.yaml, built once per process."""
     return Matcher(load_signatures())
 
 
@@ -418,7 +418,7 @@ def event_of(sig: Signature, attrs: dict[str, Any], framed: Framed, body: str) -
 
 def _xid_info(code: int) -> dict[str, Any]:
     """What the Xid catalog says about a code, so an Xid found in any wrapper reads like the kernel's."""
-    from collectors._xid_catalog import lookup
+    from collectors.framework.xid_catalog import lookup
 
     info = lookup(code)
     return {"name": info.name, "meaning": info.meaning, "action": info.action, "follower": info.follower,
