@@ -53,7 +53,7 @@ two earlier boots 5 s + 5 s) and the spool margin: the whole sequence fits, not 
 PRIORITY = 10
 """After host facts (boot times), before the collectors whose year-less lines take dates from ours."""
 SIGNATURES_INLINE = True
-"""The signature catalog (collectors/catalog/signatures.yaml) runs on this parser's own candidate lines instead of a
+"""The signature catalog (collectors/catalog/signatures/) runs on this parser's own candidate lines instead of a
 second pass over the file: a multi-GB quiet log is read once."""
 
 BLOCK_BYTES = 4 << 20

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-PACKAGES = ("collectors", "workbench", "playbooks")
+PACKAGES = ("collectors", "workbench", "playbooks", "rules")
 CAPTURE_MUST_NOT_LOAD = ("textual", "pandas", "jinja2", "pynvml")
 
 

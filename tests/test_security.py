@@ -16,7 +16,7 @@ from tests.conftest import ROOT, run_cli
 from workbench.store import journal
 from workbench.store.bundle import Bundle
 
-SOURCE_DIRS = ("workbench", "collectors", "playbooks")
+SOURCE_DIRS = ("workbench", "collectors", "playbooks", "rules")
 
 
 def _python_files() -> list[Path]:

@@ -8,7 +8,6 @@ import json
 import re
 
 import pytest
-import yaml
 
 from collectors.framework.vocabulary import (
     FAILED_JOB_STATES,
@@ -25,6 +24,7 @@ from collectors.framework.vocabulary import (
     problems,
 )
 from tests.conftest import CORPUS, ROOT
+from workbench.analysis.playbook import checks_document
 from workbench.demo import SCENARIOS as DEMOS
 from workbench.ingest.session import ingest_paths
 from workbench.store.bundle import Bundle
@@ -152,7 +152,7 @@ def test_verdicts_have_marks() -> None:
 def test_the_playbooks_need_only_declared_kinds() -> None:
     """A check whose ``needs: [kind:K]`` names a kind nobody writes can never be more than no_evidence."""
     needs = set()
-    for path in (ROOT / "playbooks").glob("*.yaml"):
+    for path in (ROOT / "playbooks").rglob("*.yaml"):
         needs |= set(re.findall(r"\bkind:([a-z0-9_]+)", path.read_text(encoding="utf-8")))
     assert len(needs) >= 5
     assert needs - set(event_kinds()) == set()
@@ -160,7 +160,7 @@ def test_the_playbooks_need_only_declared_kinds() -> None:
 
 def test_the_symptoms_query_fails_jobs_in_the_declared_states() -> None:
     """checks.yaml is SQL and cannot import: it must spell the same failed Slurm states."""
-    checks = yaml.safe_load((ROOT / "playbooks" / "checks.yaml").read_text(encoding="utf-8"))
+    checks = checks_document()
     listed = re.search(r"upper\(attrs->>'state'\) IN\s*\(([^)]*)\)", checks["symptoms"]["sql"])
     assert listed is not None
     assert sorted(re.findall(r"'([A-Z_]+)'", listed.group(1))) == sorted(FAILED_JOB_STATES)

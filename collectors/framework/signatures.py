@@ -1,5 +1,5 @@
 """Known messages recognised on every line of every text artifact, whatever its format: the catalog
-of collectors/catalog/signatures.yaml.
+of collectors/catalog/signatures/.
 
 A format parser knows the lines of its own format; a known message (a CUDA error, a vLLM engine
 failure, a cgroup OOM kill, an Xid) also arrives pasted into an issue, inside a container's log, in
@@ -27,7 +27,9 @@ from typing import Any, BinaryIO
 from collectors.base import LAYERS, SEVERITIES, Event, normalize_pci
 from collectors.framework.framing import Framed, frame_lines, peel
 
-CATALOG = Path(__file__).resolve().parents[1] / "catalog" / "signatures.yaml"
+CATALOG = Path(__file__).resolve().parents[1] / "catalog" / "signatures"
+"""One YAML file per family; the format is FORMAT.md beside them."""
+DEFAULT_PRECEDENCE = 50
 MIN_SAMPLES = 2
 BLOCK_BYTES = 4 << 20
 MAX_LINE = 64 << 10
@@ -38,7 +40,7 @@ SAME_LABEL_LINES = 32
 _SRUN_LABEL = re.compile(rb"([ \t]{0,4}\d{1,5}): (?=\S)")
 _LABELLED_STAMP_LIKE = re.compile(rb"^([ \t]{0,4}\d{1,5}): (?=\S)[^\n]*?\d[:.]\d\d", re.M)
 FIELDS = {"id", "kind", "layer", "severity", "severity_when", "cause", "anchors", "regex", "also", "attrs", "types",
-          "lists", "continues", "parsed_as", "samples", "meaning"}
+          "lists", "continues", "parsed_as", "samples", "meaning", "precedence"}
 MAX_CONTINUATION = 64
 TYPES = ("int", "float", "size", "hex")
 
@@ -50,13 +52,15 @@ STRUCTURED_KINDS = frozenset({
 
 
 class SignatureError(ValueError):
-    """collectors/catalog/signatures.yaml is malformed: named with the signature and the field."""
+    """collectors/catalog/signatures/ is malformed: named with the signature and the field."""
 
 
 @dataclass(frozen=True)
 class Sample:
     line: str
     source: str
+    filled: bool = False
+    """the source's format string filled in (no real line was published), not a line seen in the wild"""
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,8 @@ class Signature:
     """lines after the matched one that belong to it (NCCL prints its interface list one per line)"""
     samples: tuple[Sample, ...]
     meaning: str = ""
+    family: str = ""
+    """the catalog file it comes from: a component or message class (cuda, nccl, kernel, ...)"""
 
     def match(self, body: str) -> dict[str, Any] | None:
         """The attrs of a match on a line's body, or None."""
@@ -126,25 +132,38 @@ class Signature:
 
 
 def load_signatures(path: Path = CATALOG) -> tuple[Signature, ...]:
-    """Every signature of the catalog, validated; raises SignatureError naming the bad entry."""
+    """Every signature of the catalog (a folder of family files, or one file), validated and in the
+    order lines are matched: (precedence, family, position in its file). Raises SignatureError naming
+    the bad entry."""
     import yaml  # deferred: capture on a bare node never reads the catalog
 
-    doc = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    entries = doc.get("signatures") if isinstance(doc, dict) else None
-    if not isinstance(entries, list) or not entries:
-        raise SignatureError(f"{path.name}: a top-level 'signatures' list is required")
-    seen: set[str] = set()
-    out = []
-    for i, entry in enumerate(entries):
-        sig = _signature(entry, f"{path.name} entry {i + 1}")
-        if sig.id in seen:
-            raise SignatureError(f"{path.name}: signature id {sig.id!r} is given twice")
-        seen.add(sig.id)
-        out.append(sig)
-    return tuple(out)
+    files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+    ranked: list[tuple[int, str, int, Signature]] = []
+    seen: dict[str, str] = {}
+    for file in files:
+        doc = yaml.load(file.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        entries = doc.get("signatures") if isinstance(doc, dict) else None
+        if not isinstance(entries, list) or not entries:
+            raise SignatureError(f"{file.name}: a top-level 'signatures' list is required")
+        family = str(doc.get("family") or file.stem)
+        precedence = doc.get("precedence", DEFAULT_PRECEDENCE)
+        if not isinstance(precedence, int) or family != file.stem:
+            raise SignatureError(f"{file.name}: 'family' must be the file's name and 'precedence' a whole number")
+        for i, entry in enumerate(entries):
+            sig = _signature(entry, f"{file.name} entry {i + 1}", family)
+            if sig.id in seen:
+                raise SignatureError(f"{file.name}: signature id {sig.id!r} is also given in {seen[sig.id]}")
+            seen[sig.id] = file.name
+            own = entry.get("precedence", precedence)
+            if not isinstance(own, int):
+                raise SignatureError(f"{file.name} ({sig.id}): 'precedence' must be a whole number")
+            ranked.append((own, family, i, sig))
+    if not ranked:
+        raise SignatureError(f"{path}: no signature files")
+    return tuple(sig for *_, sig in sorted(ranked, key=lambda r: r[:3]))
 
 
-def _signature(entry: Any, where: str) -> Signature:
+def _signature(entry: Any, where: str, family: str = "") -> Signature:
     if not isinstance(entry, dict):
         raise SignatureError(f"{where}: a mapping is required")
     where = f"{where} ({entry.get('id', '?')})"
@@ -191,18 +210,18 @@ def _signature(entry: Any, where: str) -> Signature:
         if not isinstance(sample, dict) or not isinstance(sample.get("line"), str) \
                 or not isinstance(sample.get("source"), str) or not sample["source"].strip():
             raise SignatureError(f"{where}: each sample needs 'line' and 'source' (a URL or a tests/ path)")
-        parsed.append(Sample(sample["line"], sample["source"]))
+        parsed.append(Sample(sample["line"], sample["source"], bool(sample.get("filled"))))
     return Signature(id=entry["id"], kind=entry["kind"], layer=entry["layer"], severity=entry["severity"],
                      cause=entry.get("cause"), anchors=tuple(anchors), regex=regex, also=also,
                      severity_when={k: {str(a): str(b) for a, b in v.items()} for k, v in severity_when.items()},
                      attrs=dict(entry.get("attrs") or {}), lists=lists, continues=continues,
                      types=dict(types), parsed_as=tuple(entry.get("parsed_as") or ()), samples=tuple(parsed),
-                     meaning=str(entry.get("meaning") or ""))
+                     meaning=str(entry.get("meaning") or ""), family=family)
 
 
 @cache
 def catalog() -> Matcher:
-    """The matcher of collectors/catalog/signatures.yaml, built once per process."""
+    """The matcher of collectors/catalog/signatures/, built once per process."""
     return Matcher(load_signatures())
 
 

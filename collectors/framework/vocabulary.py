@@ -38,7 +38,7 @@ SYMPTOMS = {
     "straggler_rank": ("degradation", "one rank is slower than the others, or went silent"),
 }
 """What users and the scheduler saw, with the impact it means (failure or degradation). A symptom is
-attached to the cause that explains it and is never named as a cause itself; playbooks/checks.yaml
+attached to the cause that explains it and is never named as a cause itself; playbooks/checks/
 says which events show which symptom."""
 
 SYMPTOM_KINDS = tuple(SYMPTOMS)
@@ -46,7 +46,7 @@ SYMPTOM_KINDS = tuple(SYMPTOMS)
 FAILED_JOB_STATES = ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "PREEMPTED", "BOOT_FAIL",
                      "DEADLINE")
 """Slurm end states in which a job failed: a job_state or step_killed event in one of them shows the
-job_failed symptom (the symptoms query of playbooks/checks.yaml lists the same)."""
+job_failed symptom (the symptoms query of playbooks/checks/ lists the same)."""
 
 _CATALOG = Path(__file__).resolve().parents[1] / "catalog" / "events.yaml"
 

@@ -52,9 +52,9 @@ def test_every_kind_and_cause_is_declared():
 
 
 def _catalog_with(tmp_path: Path, **changes) -> Path:
-    doc = yaml.safe_load(CATALOG.read_text(encoding="utf-8"))
+    doc = yaml.safe_load((CATALOG / "cuda.yaml").read_text(encoding="utf-8"))
     doc["signatures"][0].update(changes)
-    path = tmp_path / "signatures.yaml"
+    path = tmp_path / "cuda.yaml"
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
     return path
 

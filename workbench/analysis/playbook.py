@@ -1,6 +1,6 @@
 """Layered playbooks as data: load, validate and evaluate them against a bundle.
 
-The checks (playbooks/checks.yaml) are SQL written once; training.yaml and inference.yaml choose
+The checks (playbooks/checks/) are SQL written once; training.yaml and inference.yaml choose
 them per layer, in the order a responder of that workload looks, with their own thresholds. The
 schema lives here, in code, as typed models: a playbook that names an unknown check, cause, layer
 or parameter is refused at load time with the file and field in the message.
@@ -137,7 +137,7 @@ def _params(where: str, value: Any) -> dict[str, Any]:
 
 
 def parse_library(data: Any, name: str = "checks.yaml") -> tuple[dict[str, Check], str]:
-    """checks.yaml -> (check id -> Check, the symptoms SQL)."""
+    """The check library as one document (checks_document) -> (check id -> Check, the symptoms SQL)."""
     data = _keys(name, data, {"symptoms", "checks"}, set())
     symptoms = _keys(f"{name}: symptoms", data["symptoms"], {"sql"}, {"why"})
     causes = load_causes()
@@ -224,7 +224,7 @@ def parse_playbook(data: Any, library: dict[str, Check], symptoms_sql: str, name
             _keys(f"{where}: check", ref, {"check"}, {"params", "weight"})
             base = library.get(ref["check"])
             if base is None:
-                raise PlaybookError(f"{where}: unknown check {ref['check']!r} (see checks.yaml)")
+                raise PlaybookError(f"{where}: unknown check {ref['check']!r} (see playbooks/checks/)")
             if base.layer != entry["layer"]:
                 raise PlaybookError(f"{where}: check {base.id} belongs to layer {base.layer}")
             over = _params(f"{where}: check {base.id}", ref.get("params"))
@@ -244,9 +244,27 @@ def parse_playbook(data: Any, library: dict[str, Check], symptoms_sql: str, name
                     recover=_steps(f"{name}: recover", data["recover"]), symptoms_sql=symptoms_sql)
 
 
+def checks_document() -> dict[str, Any]:
+    """playbooks/checks/ as one document: the symptoms query and every layer file's checks, in the
+    walk's order. A check in the wrong layer's file, or one id in two files, is refused by name."""
+    doc: dict[str, Any] = {"symptoms": _read_yaml("checks/symptoms.yaml").get("symptoms"), "checks": {}}
+    for layer in LAYERS:
+        name = f"checks/{layer}.yaml"
+        part = _read_yaml(name)
+        if not isinstance(part, dict) or part.get("layer") != layer or not isinstance(part.get("checks"), dict):
+            raise PlaybookError(f"{name}: 'layer: {layer}' and a 'checks' mapping are required")
+        for cid, entry in part["checks"].items():
+            if cid in doc["checks"]:
+                raise PlaybookError(f"{name}: check {cid} is also in another layer's file")
+            if isinstance(entry, dict) and entry.get("layer", layer) != layer:
+                raise PlaybookError(f"{name}: check {cid} says layer {entry.get('layer')!r}, its file is {layer}")
+            doc["checks"][cid] = entry
+    return doc
+
+
 @functools.lru_cache(maxsize=1)
 def load_library() -> tuple[dict[str, Check], str]:
-    return parse_library(_read_yaml("checks.yaml"))
+    return parse_library(checks_document(), "playbooks/checks/")
 
 
 @functools.lru_cache(maxsize=4)

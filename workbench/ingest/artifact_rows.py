@@ -128,7 +128,7 @@ def _parser_rows(module: ModuleType, request: ParseRequest, ctx: ParseContext, s
 
 def _recognised(stream_factory: Callable[[], BinaryIO], ctx: ParseContext, parsed: dict[int, set[str]],
                 host: str | None, source_name: str) -> Iterator[Row]:
-    """Known messages of collectors/catalog/signatures.yaml on every line, whatever the wrapper: a line the
+    """Known messages of collectors/catalog/signatures/ on every line, whatever the wrapper: a line the
     parser already wrote the same kind for is not written again."""
     try:
         with stream_factory() as stream:

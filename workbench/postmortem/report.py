@@ -267,7 +267,7 @@ def _root_cause(bundle: Bundle, state: journal.JournalState, hyps: list[dict[str
 def _chain(bundle: Bundle, hyp: dict[str, Any]) -> list[dict[str, Any]]:
     """cause → intermediate → symptom, each link with its quoted evidence lines. Symptoms are the
     analysis' own (``symptom_evidence``: which lines show which symptom is its call, made once by
-    playbooks/checks.yaml); the cause's evidence in its own layer is the cause, elsewhere intermediate."""
+    playbooks/checks/); the cause's evidence in its own layer is the cause, elsewhere intermediate."""
     evidence = list(hyp.get("evidence") or [])
     shown = list(hyp.get("symptom_evidence") or [])
     found = query.events_at(bundle, [(e.get("artifact"), e.get("line")) for e in evidence + shown])

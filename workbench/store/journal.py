@@ -143,7 +143,7 @@ def set_check_verdict(bundle: Bundle, author: str, check: str, verdict: str, rea
 
     known = load_library()[0].get(check)
     if known is None:
-        raise InputError(f"unknown check {check!r}; see playbooks/checks.yaml")
+        raise InputError(f"unknown check {check!r}; see playbooks/checks/")
     _choice(verdict, VERDICTS, "verdict")
     return _append(bundle, author, "check_verdict", check,
                    {"verdict": verdict, "reason": reason, "layer": known.layer}, at)

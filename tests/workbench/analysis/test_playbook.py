@@ -24,6 +24,7 @@ from workbench.analysis.playbook import (
     WORKLOADS,
     PlaybookError,
     Presence,
+    checks_document,
     evaluate_check,
     evaluate_step,
     load_library,
@@ -77,7 +78,7 @@ def test_training_and_inference_differ_in_emphasis_and_thresholds() -> None:
 
 
 def _library_doc() -> dict:
-    return yaml.safe_load(package_text(playbooks, "checks.yaml"))
+    return checks_document()
 
 
 def _playbook_doc() -> dict:
