@@ -40,7 +40,7 @@ SAME_LABEL_LINES = 32
 _SRUN_LABEL = re.compile(rb"([ \t]{0,4}\d{1,5}): (?=\S)")
 _LABELLED_STAMP_LIKE = re.compile(rb"^([ \t]{0,4}\d{1,5}): (?=\S)[^\n]*?\d[:.]\d\d", re.M)
 FIELDS = {"id", "kind", "layer", "severity", "severity_when", "cause", "anchors", "regex", "also", "attrs", "types",
-          "lists", "continues", "parsed_as", "samples", "meaning", "precedence"}
+          "lists", "continues", "parsed_as", "samples", "meaning", "precedence", "not_alone"}
 MAX_CONTINUATION = 64
 TYPES = ("int", "float", "size", "hex")
 
