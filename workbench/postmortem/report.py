@@ -614,6 +614,7 @@ def _evidence(bundle: Bundle, verify: bool, focus: set[str] | None = None) -> di
             "artifact_count": len(arts), "artifacts_grouped": grouped,
             "folder": folder,
             "total_size": sum(a["size"] for a in arts), "gaps": _grouped_gaps(gaps),
+            "unrecognised": query.unrecognised_groups(bundle, limit=50),
             "root_digest": bundle.root_digest(), "sealed_digest": seal["root_digest"] if seal else None,
             "sealed_at": seal["sealed_at"] if seal else None,
             "complete": bool(seal and seal["complete"]) and not interrupted,
