@@ -53,7 +53,8 @@ COMMANDS = (("nvidia-smi -q -x", "nvidia_smi_xml"), ("nvidia-smi -q", "nvidia_sm
 """What live capture may run, in order, with the kind each output is stored as (``gpuwb capture --list``);
 ``-q`` only when ``-q -x`` failed, ``nv-fabricmanager`` only where it is installed."""
 
-OPENERS = (q_xml.open_xml, q_text.open_banner, table.open_table, failures.open_failure, table.open_date,
+OPENERS = (q_xml.open_xml, q_text.open_banner, table.open_table, table.open_excerpt, failures.open_failure,
+           table.open_date,
            nvlink.open_nvlink, topo.open_topo, fabricmanager.open_version, query_csv.open_csv)
 """nvidia-smi's formats, in the order the dispatcher tries them; the -q excerpt opener goes last of all."""
 
@@ -99,6 +100,8 @@ def sniff(name: str, head: str) -> dict[str, int]:
         return {"nvidia_smi_q": 95}
     if "Driver Version:" in head and any(table.TABLE_HEAD.search(ln) for ln in lines[:60]):
         return {"nvidia_smi_table": 95}
+    if "|" in head and any(table.TABLE_GPU1.match(ln.strip()) for ln in lines[:60]):
+        return {"nvidia_smi_table": 85}
     if ("--query-gpu" in head and any(query_csv.QUERY_CMD.search(ln) for ln in lines[:40])) or (
             lines and query_csv.is_csv_header(lines[0])):
         return {"nvidia_smi_csv": 90}
@@ -106,7 +109,7 @@ def sniff(name: str, head: str) -> dict[str, int]:
         return {"fabricmanager_version": 85}
     if "CPU Affinity" in head and any(topo.TOPO_HEAD.match(ln) for ln in lines[:5]):
         return {"nvidia_smi_topo": 90}
-    if len(lines) > 1 and nvlink.NVLINK_GPU.match(lines[0]) and nvlink.NVLINK_LINK.match(lines[1]):
+    if any(nvlink.NVLINK_GPU.match(a) and nvlink.NVLINK_LINK.match(b) for a, b in zip(lines[:4], lines[1:5])):
         return {"nvidia_smi_nvlink": 90}
     if any(pattern.search(ln) for pattern, needle in failures.ERRORS if needle in head for ln in lines[:20]):
         return {"nvidia_smi": 80}

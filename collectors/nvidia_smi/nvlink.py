@@ -24,8 +24,10 @@ def open_nvlink(parser: TextParser, n: int, line: str, stripped: str) -> Iterabl
 
 class NvlinkBlock(Block):
     """``nvidia-smi nvlink --status`` (link speeds or ``<inactive>``) and ``nvlink -e`` (per-link error
-    counters). The snapshot is judged as a whole at the end: a GPU with fewer active links than its
-    peers has links down."""
+    counters). ``-e`` prints a blank line after each link's counters, so a blank line does not end the
+    block: the next ``Link`` line continues the same GPU. Every counter is kept (zeros too, in
+    ``nvlink_counters``); a non-zero one is an ``nvlink_error`` event through the health tracker. The
+    snapshot is judged as a whole at the end: a GPU with fewer active links than its peers has links down."""
 
     def __init__(self, parser: TextParser) -> None:
         super().__init__(parser)
@@ -38,6 +40,8 @@ class NvlinkBlock(Block):
             return [], True
         if not self.gpus:
             return [], False
+        if not line.strip():
+            return [], True
         gpu = self.gpus[-1]
         if m := NVLINK_LINK.match(line):
             link, text = int(m.group(1)), m.group(2)
@@ -74,7 +78,8 @@ class NvlinkBlock(Block):
                                       "nvlink_inactive": g["inactive"], "nvlink_speeds_gbps": sorted(set(g["speeds"])),
                                       "nvlink_errors": {k: {c: v for c, v in per.items() if v}
                                                         for k, per in g["errors"].items() if any(per.values())},
-                                      "notes": g["notes"][:20]},
+                                      "notes": g["notes"][:20],
+                                      **({"nvlink_counters": g["errors"]} if g["errors"] else {})},
                                line=g["line"])
             rows.append(sample)
             rows.extend(self.p.tracker.observe(sample, ts_origin=clock.origin, ts_approx=clock.approx))
