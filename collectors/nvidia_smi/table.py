@@ -9,6 +9,7 @@ from typing import Any
 
 from collectors.base import Event, GpuInventory, GpuSample, Row, normalize_pci
 from collectors.framework.text_blocks import Block, Clock, TextParser, integer, number
+from collectors.nvidia_smi.failures import failure_events, is_failure
 from collectors.nvidia_smi.tree import parse_ctime
 from collectors.nvml import gpu_key
 
@@ -68,6 +69,8 @@ class TableBlock(Block):
             self.blank_run += 1
             return [], self.blank_run < 3
         self.blank_run = 0
+        if is_failure(line):  # r4xx prints the GPUs it reads, then one such line per GPU it lost
+            return list(failure_events(self.p, n, line)), True
         if not stripped.startswith(("|", "+")):
             return [], False
         if TABLE_HEAD.search(line):

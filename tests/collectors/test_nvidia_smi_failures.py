@@ -94,3 +94,28 @@ def test_persistence_err_does_not_read_as_disabled() -> None:
     assert inv.persistence is None
     (event,) = _errors(rows)
     assert event.attrs["fields"][:1] == ["persistence"] and "display" in event.attrs["fields"]
+
+
+def test_a_lost_gpu_line_inside_the_table_keeps_the_table_open() -> None:
+    """The GPUs the driver still reads, then a line for the one it lost, then the process table."""
+    text = """+-----------------------------------------------------------------------------+
+| NVIDIA-SMI 440.33.01    Driver Version: 440.33.01    CUDA Version: 10.2     |
+|-------------------------------+----------------------+----------------------+
+|   0  Tesla V100-SXM2...  On   | 00000000:86:00.0 Off |                    0 |
+| N/A   40C    P0    55W / 300W |      0MiB / 32480MiB |      0%      Default |
++-------------------------------+----------------------+----------------------+
+Unable to determine the device handle for GPU 0000:89:00.0: Unknown Error
+
++-----------------------------------------------------------------------------+
+| Processes:                                                       GPU Memory |
+|  GPU       PID   Type   Process name                             Usage      |
+|=============================================================================|
+|    0     41214      C   python                                     1200MiB |
++-----------------------------------------------------------------------------+
+"""
+    rows = list(nvidia_smi.parse("nvidia_smi_table", io.BytesIO(text.encode()), ParseContext(host="h")))
+    assert not [r for r in rows if type(r).__name__ == "Skipped"]
+    (event,) = _errors(rows)
+    assert event.gpu == "0000:89:00.0" and event.line == 7
+    (sample,) = [r for r in rows if isinstance(r, GpuSample)]
+    assert [p["pid"] for p in sample.extra["processes"]] == [41214]
