@@ -73,6 +73,8 @@ def sniff(name: str, head: str) -> dict[str, int]:
     lines = [ln for ln in head.splitlines()[:400] if ln.strip()]
     if "| Diagnostic" in head and ("| Result" in head or "DCGM Version" in head):
         return {"dcgm_diag": 90}
+    if '"DCGM GPU Diagnostic"' in head or '"DCGM Diagnostic"' in head:
+        return {"dcgm_diag": 90}
     if sum(1 for ln in lines[:200] if _DCGM_LOG.match(ln) and _DCGM_WHERE.search(ln)) >= 1:
         return {"dcgm_log": 85}
     if "Entity" in head and any(_DMON_HEAD.match(ln) for ln in lines[:40]):
@@ -365,7 +367,8 @@ class DmonBlock(Block):
 
 
 class JsonBlock(Block):
-    """A JSON document (``dcgmi health -c -j``, ``dcgmi diag -j``) collected until its braces balance."""
+    """A JSON document (``dcgmi health -c -j``, ``dcgmi diag -j``) collected until its braces balance; one
+    document per line (``jq -c``) is one block per line."""
 
     LIMIT = 1 << 20
 
@@ -396,6 +399,8 @@ class JsonBlock(Block):
             doc = json.loads(no_lone_surrogates("\n".join(self.parts)))
         except ValueError:
             return [Skipped(self.first, "JSON block is not valid JSON")]
+        if (diag := _diag_json(self.p, doc, self.first)) is not None:
+            return diag
         body = doc.get("body") if isinstance(doc, dict) else None
         if not isinstance(body, dict):
             return [Skipped(self.first, "JSON document of an unknown tool")]
@@ -416,3 +421,58 @@ class JsonBlock(Block):
         if overall is None and not gpus:
             return [Skipped(self.first, "JSON document without a health report")]
         return [_health_event(self.p, overall, gpus, incidents, self.first)]
+
+
+def _diag_json(parser: TextParser, doc: Any, line: int | None) -> list[Row] | None:
+    """``dcgmi diag -j``: DCGM 2.x/3.x nest the tests under ``"DCGM GPU Diagnostic"`` in
+    ``test_categories``, one result per GPU (``gpu_ids``/``gpu_id``: an id, or a CSV of ids for the software
+    tests) with ``warnings`` of ``{"warning": text, "error_id": n}``; 4.x puts ``tests`` at the top with
+    results per entity. The same events as the table, or None when the document is not a diagnostic."""
+    if not isinstance(doc, dict):
+        return None
+    body = doc.get("DCGM GPU Diagnostic") or doc.get("DCGM Diagnostic")
+    if not isinstance(body, dict):
+        body = doc if isinstance(doc.get("tests"), list) and "version" in doc else None
+    if body is None:
+        return None
+    block = DiagBlock(parser)
+    version = body.get("version") or doc.get("version")
+    driver = body.get("driver_version_detected") or body.get("driver_version") or doc.get("driver_version")
+    if version or driver:
+        block.meta = {"DCGM Version": str(version or ""), "Driver Version Detected": str(driver or "")}
+        block.meta = {k: v for k, v in block.meta.items() if v}
+        block.meta_line = line
+    categories = body.get("test_categories")
+    groups = categories if isinstance(categories, list) else [{"category": None, "tests": body.get("tests")}]
+    for group in groups:
+        if not isinstance(group, dict) or not isinstance(group.get("tests"), list):
+            continue
+        for test in group["tests"]:
+            if isinstance(test, dict) and test.get("name"):
+                block.tests.append(_diag_json_test(test, group.get("category"), line))
+    return block.close()
+
+
+def _diag_json_test(test: dict[str, Any], category: Any, line: int | None) -> dict[str, Any]:
+    name = str(test["name"])
+    if category is None:
+        category = test.get("category") or ("Deployment" if name.lower() == "software" else None)
+    entry: dict[str, Any] = {"test": name, "category": category, "results": [], "warnings": [], "line": line}
+    for result in test.get("results") or []:
+        if not isinstance(result, dict):
+            continue
+        if result.get("entity_group") not in (None, "GPU"):
+            continue
+        status = str(result.get("status", "")).lower()
+        status = {"warning": "warn", "skipped": "skip"}.get(status, status)
+        if status not in ("pass", "fail", "warn", "skip"):
+            continue
+        ids = result.get("gpu_ids", result.get("gpu_id", result.get("entity_id")))
+        gpus: Any = int(ids) if isinstance(ids, int) or (isinstance(ids, str) and ids.strip().isdigit()) \
+            else (str(ids) if ids not in (None, "") else "all")
+        entry["results"].append((status, gpus, line))
+        for warning in result.get("warnings") or []:
+            text = warning.get("warning") or warning.get("message") if isinstance(warning, dict) else warning
+            if text:
+                entry["warnings"].append(str(text))
+    return entry

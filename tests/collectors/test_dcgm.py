@@ -122,3 +122,66 @@ def test_corpus_has_the_dcgm_files_this_collector_claims() -> None:
                if registry.sniff(p.name, p.read_text(errors="replace"))[1] is dcgm]
     assert sorted(claimed) == ["dcgm_253_diag_4.2.3_header_4xL40S.txt",
                                "dcgm_272_nvvs_log_retired_pages_blank_values.log"]
+
+
+DIAG3_JSON = """Successfully ran diagnostic for group.
+{
+\t"DCGM GPU Diagnostic" :
+\t{
+\t\t"test_categories" :
+\t\t[
+\t\t\t{
+\t\t\t\t"category" : "Deployment",
+\t\t\t\t"tests" :
+\t\t\t\t[
+\t\t\t\t\t{"name" : "Denylist", "results" : [{"gpu_ids" : "0,1", "status" : "Pass"}]}
+\t\t\t\t]
+\t\t\t},
+\t\t\t{
+\t\t\t\t"category" : "Hardware",
+\t\t\t\t"tests" :
+\t\t\t\t[
+\t\t\t\t\t{
+\t\t\t\t\t\t"name" : "GPU Memory",
+\t\t\t\t\t\t"results" :
+\t\t\t\t\t\t[
+\t\t\t\t\t\t\t{"gpu_id" : "0", "status" : "Pass"},
+\t\t\t\t\t\t\t{"gpu_id" : "1", "status" : "Fail",
+\t\t\t\t\t\t\t "warnings" : [{"warning" : "GPU 1 Error using CUDA API cudaMalloc", "error_id" : 43}]}
+\t\t\t\t\t\t]
+\t\t\t\t\t}
+\t\t\t\t]
+\t\t\t}
+\t\t],
+\t\t"version" : "3.3.5",
+\t\t"driver_version_detected" : "550.54.15"
+\t}
+}
+"""
+"""The nvvs JSON layout its source documents (NVIDIA/DCGM nvvs JsonOutput.cpp), filled with one failing GPU."""
+
+
+def test_diag_json_of_dcgm3_is_read_like_the_table() -> None:
+    assert registry.sniff("diag.json", DIAG3_JSON) == ("dcgm_diag", dcgm)
+    rows = _parse(dcgm, "dcgm_diag", DIAG3_JSON)
+    assert not [r for r in rows if isinstance(r, Skipped)]
+    events = [r for r in rows if isinstance(r, Event)]
+    (run,) = [e for e in events if e.kind == "dcgm_diag_run"]
+    assert (run.attrs["dcgm_version"], run.attrs["driver"]) == ("3.3.5", "550.54.15")
+    results = {(e.attrs["test"], e.attrs["result"]): e for e in events if e.kind == "dcgm_diag"}
+    assert set(results) == {("Denylist", "pass"), ("GPU Memory", "pass"), ("GPU Memory", "fail")}
+    fail = results[("GPU Memory", "fail")]
+    assert fail.attrs["gpus"] == [1] and fail.severity == "error" and fail.layer == "hardware"
+    assert "cudaMalloc" in fail.message
+    assert results[("Denylist", "pass")].attrs["gpus"] == [0, 1] and results[("Denylist", "pass")].layer == "gpu"
+
+
+def test_diag_json_lines_of_dcgm4_one_document_per_line() -> None:
+    text = ('{"version": "4.2.3", "driver_version": "580.82.09", "tests": [{"name": "software", "results": '
+            '[{"entity_group": "GPU", "entity_id": 0, "status": "pass"}]}, {"name": "memory", "results": '
+            '[{"entity_group": "GPU", "entity_id": 0, "status": "fail", "warnings": [{"message": "DBE"}]}, '
+            '{"entity_group": "CPU", "entity_id": 0, "status": "fail"}]}]}\n') * 2
+    rows = _parse(dcgm, "dcgm_diag", text)
+    fails = [r for r in rows if isinstance(r, Event) and r.kind == "dcgm_diag" and r.attrs["result"] == "fail"]
+    assert [(e.line, e.attrs["gpus"]) for e in fails] == [(1, [0]), (2, [0])], "one document per line; no CPU"
+    assert {e.layer for e in rows if isinstance(e, Event) and e.attrs.get("test") == "software"} == {"gpu"}
