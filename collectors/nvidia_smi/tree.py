@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from collectors.base import GpuInventory, GpuSample, Row
+from collectors.base import Event, GpuInventory, GpuSample, Row, normalize_pci
 from collectors.framework.text_blocks import Clock, integer, number
 from collectors.nvml import HealthTracker, gpu_key
 
@@ -189,6 +189,26 @@ def gpu_rows(gpu: Node, *, bus: str | None, clock: Clock, host: str | None, driv
              "gpu_contention": (find(gpu, "processes") or Node("")).line}
     yield from tracker.observe(sample, ts_origin=clock.origin, ts_approx=clock.approx, ts_raw=clock.raw,
                                lines={k: v for k, v in lines.items() if v})
+    yield from _unreadable(gpu, key, bus, clock, host, source)
+
+
+UNREADABLE = ("unknown error", "gpu is lost", "err!")
+"""Values -q prints for a field the driver could not read from a GPU that is failing."""
+
+
+def _unreadable(gpu: Node, key: str, bus: str | None, clock: Clock, host: str | None, source: str) -> Iterator[Row]:
+    """One ``nvidia_smi_error`` naming the GPU and every field that read ``Unknown Error``/``GPU is lost``
+    (a GPU falling off the bus answers some queries and not others)."""
+    broken = [node for node in gpu.walk() if node.value and node.value.strip().strip("[]").lower() in UNREADABLE]
+    if not broken:
+        return
+    reason = broken[0].value.strip().strip("[]") if broken[0].value else None
+    pci = normalize_pci(bus)
+    names = [node.name for node in broken][:50]
+    yield Event(kind="nvidia_smi_error", message=f"{source} could not read {len(broken)} field(s) of GPU {key} "
+                f"({reason}): {', '.join(names[:8])}", ts=clock.ts, ts_origin=clock.origin, ts_approx=clock.approx,
+                ts_raw=clock.raw, host=host, layer="gpu", severity="error", gpu=pci, line=broken[0].line,
+                attrs={"error": reason, "reason": reason, "pci": pci, "fields": names})
 
 
 def _clocks(gpu: Node) -> dict[str, float] | None:

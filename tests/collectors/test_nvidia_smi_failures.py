@@ -119,3 +119,22 @@ Unable to determine the device handle for GPU 0000:89:00.0: Unknown Error
     assert event.gpu == "0000:89:00.0" and event.line == 7
     (sample,) = [r for r in rows if isinstance(r, GpuSample)]
     assert [p["pid"] for p in sample.extra["processes"]] == [41214]
+
+
+def test_q_fields_that_read_unknown_error_name_the_gpu() -> None:
+    rows = _rows("q_535_unknown_error_a10g_head.txt")
+    (event,) = _errors(rows)
+    assert event.gpu == "0000:00:16.0" and event.attrs["fields"] == ["product_brand"]
+    assert event.attrs["reason"] == "Unknown Error" and event.line == 10
+    assert event.ts_raw == "Tue Apr 30 21:16:21 2024"
+    (inv,) = [r for r in rows if isinstance(r, GpuInventory)]
+    assert (inv.name, inv.driver) == ("NVIDIA A10G", "535.161.08")
+
+
+def test_xml_field_that_reads_gpu_is_lost_names_the_gpu() -> None:
+    text = ('<?xml version="1.0" ?>\n<nvidia_smi_log>\n<driver_version>535.1</driver_version>\n'
+            '<gpu id="00000000:19:00.0">\n<product_name>NVIDIA H100</product_name>\n'
+            '<temperature>\n<gpu_temp>[GPU is lost]</gpu_temp>\n</temperature>\n</gpu>\n</nvidia_smi_log>\n')
+    rows = list(nvidia_smi.parse("nvidia_smi_xml", io.BytesIO(text.encode()), ParseContext(host="h")))
+    (event,) = _errors(rows)
+    assert (event.gpu, event.attrs["fields"], event.attrs["reason"]) == ("0000:19:00.0", ["gpu_temp"], "GPU is lost")
