@@ -57,6 +57,24 @@ def test_gpu_oom_and_rdma_enomem_are_not_host_memory(line: str) -> None:
     assert found is None or found[1] != "host_memory_exhausted", found
 
 
+@pytest.mark.parametrize(("line", "cause"), [
+    ("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 1.61 GiB for an array with shape (753, 536, 536) "
+     "and data type float64", "host_oom_kill"),
+    ("terminate called after throwing an instance of 'std::bad_alloc'", "host_oom_kill"),
+    ("2022-02-09 20:28:32,418 - mmdet - INFO - Epoch [1][658/742]     lr: 5.000e-05, loss_cls: nan, loss: nan",
+     "numeric_instability"),
+])
+def test_a_programs_failure_alone_in_any_file_ranks_its_cause_first(tmp_path: Path, line: str, cause: str) -> None:
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    (evidence / "job.out").write_text(line + "\n")
+    assert run_cli("ingest", tmp_path / "b.duckdb", evidence)[0] == 0
+    code, out, err = run_cli("analyze", tmp_path / "b.duckdb", "--json")
+    assert code == 0, err
+    hypotheses = json.loads(out)["hypotheses"]
+    assert hypotheses and hypotheses[0]["cause"] == cause
+
+
 @pytest.mark.parametrize("line", [
     "2022-02-09 20:28:32,418 - mmdet - INFO - Epoch [1][658/742]     lr: 5.000e-05, loss_cls: nan, loss: nan",
     "Loss is nan, stopping training",
