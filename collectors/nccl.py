@@ -537,10 +537,8 @@ class _Reader:
                 out.local_rank = int(g["lrank"])
             elif g["mrank"] is not None:
                 out.mpi_rank = int(g["mrank"])
-                out.rank = out.rank if out.rank is not None else out.mpi_rank
             elif g["srun"] is not None:
                 out.task = int(g["srun"])
-                out.rank = out.rank if out.rank is not None else out.task
             elif g["shost"]:
                 out.host = g["shost"]
             src = g["bfile"] or g["gfile"] or g["lfile"] or g["hffile"]
@@ -549,6 +547,10 @@ class _Reader:
             if out.stamp is None:
                 out.stamp = self._stamp_from(g, out.host)
         out.rest = text[pos:]
+        if out.rank is None and out.local_rank is None:
+            # srun's task / mpirun's rank is the global rank only when the launcher started the ranks
+            # itself; over torchrun ('0: [default3]:') it numbers the node's agent, not a rank
+            out.rank = out.mpi_rank if out.mpi_rank is not None else out.task
         return out
 
     def _stamp_from(self, g: dict[str, str | None], host: str | None) -> _Stamp | None:
@@ -595,7 +597,7 @@ class _Reader:
             return
         text = raw[:_MAX_TEXT].decode("utf-8", "replace").rstrip("\r")
         pre = self._prefix(text)
-        self.places.prefix(pre.rank, pre.task)
+        self.places.prefix(pre.rank, pre.task, pre.local_rank)
         if pre.stamp is not None:
             if pre.stamp.origin == "iso" and (self.ctx.host or "") not in self.learned:
                 self.learned.add(self.ctx.host or "")
