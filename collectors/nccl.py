@@ -317,7 +317,43 @@ def net_details(text: str) -> dict[str, Any]:
     return attrs
 
 
+_MEANINGS = frozenset({"nccl_setup_error", "nccl_shm_error", "nccl_alloc_failed", "nccl_nvls_error"})
+"""Kinds of NCCL's own signatures that say what a message means even where the words alone would read
+as a network or CUDA error (no interface found, /dev/shm full, Failed to CUDA calloc, NVLS bind)."""
+
+
+@cache
+def _own_catalog() -> Any:
+    """NCCL's own signatures (collectors/catalog/signatures/nccl.yaml but the bare WARN and the interface
+    list), built once: the WARN lines (and PyTorch's ``Last error:``) take their kind and cause from it."""
+    from collectors.framework.signatures import Matcher, load_signatures
+
+    return Matcher(tuple(s for s in load_signatures() if s.family == "nccl"
+                         and s.kind not in ("nccl_warn", "nccl_net_interfaces")))
+
+
+def _meaning(msg: str, finding: Finding) -> Finding:
+    """The finding of a WARN message as NCCL's catalog reads it: a setup mistake, /dev/shm, an
+    allocation or NVLS failure becomes its own kind and cause; a message the words read as a network or
+    CUDA error keeps that kind and takes the signature's cause; a plain WARN takes the family's kind."""
+    found = _own_catalog().match(f"NCCL WARN {msg}")
+    if found is None:
+        return finding
+    sig, attrs = found
+    if sig.kind in _MEANINGS or finding.kind == "nccl_warn":
+        severity = "critical" if finding.severity == "critical" else sig.severity
+        return Finding(sig.kind, severity, {**attrs, "text": msg.strip()[:500]}, layer=sig.layer)
+    if sig.kind == finding.kind:
+        for key, value in attrs.items():
+            finding.attrs.setdefault(key, value)
+    return finding
+
+
 def _nccl_warn(msg: str, level: str) -> Finding:
+    return _meaning(msg, _nccl_warn_words(msg, level))
+
+
+def _nccl_warn_words(msg: str, level: str) -> Finding:
     severity = "critical" if level == "ABORT" else "error"
     if m := _CUDA_FAILURE.search(msg):
         text = m.group("text")
@@ -840,6 +876,14 @@ class _Reader:
                pid: int | None = None, tid: int | None = None, dev: int | None = None,
                neighbour: _Stamp | None = None) -> Event | None:
         attrs = finding.attrs
+        if isinstance(attrs.get("last_error"), str) and finding.kind in ("nccl_net_error", "nccl_error", "cuda_error"):
+            # PyTorch's "Last error:" is the WARN NCCL printed: it means what the bare WARN means
+            said = _nccl_warn(attrs["last_error"], "WARN")
+            if said.kind in _MEANINGS or said.kind == "cuda_error":
+                finding.kind, finding.layer = said.kind, said.layer
+                for key, value in said.attrs.items():
+                    if key != "text":
+                        attrs.setdefault(key, value)
         if finding.kind == "nccl_net_error" and "last_error" in attrs:
             cause = net_details(attrs["last_error"])
             if "error" in cause and "error" in attrs:
