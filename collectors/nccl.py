@@ -353,6 +353,14 @@ def _nccl_warn(msg: str, level: str) -> Finding:
     return _meaning(msg, _nccl_warn_words(msg, level))
 
 
+def meaning_of(message: str) -> Finding | None:
+    """What an NCCL message quoted by another program (PyTorch's ``Last error:``, nccl-tests' ``'... / last
+    error'``) means when it says more than its result code: a setup, /dev/shm, allocation or NVLS failure,
+    or a CUDA error; None when it says no more than the code."""
+    said = _nccl_warn(message, "WARN")
+    return said if said.kind in _MEANINGS or said.kind == "cuda_error" else None
+
+
 def _nccl_warn_words(msg: str, level: str) -> Finding:
     severity = "critical" if level == "ABORT" else "error"
     if m := _CUDA_FAILURE.search(msg):
@@ -878,8 +886,8 @@ class _Reader:
         attrs = finding.attrs
         if isinstance(attrs.get("last_error"), str) and finding.kind in ("nccl_net_error", "nccl_error", "cuda_error"):
             # PyTorch's "Last error:" is the WARN NCCL printed: it means what the bare WARN means
-            said = _nccl_warn(attrs["last_error"], "WARN")
-            if said.kind in _MEANINGS or said.kind == "cuda_error":
+            said = meaning_of(attrs["last_error"])
+            if said is not None:
                 finding.kind, finding.layer = said.kind, said.layer
                 for key, value in said.attrs.items():
                     if key != "text":
