@@ -323,20 +323,26 @@ as a network or CUDA error (no interface found, /dev/shm full, Failed to CUDA ca
 
 
 @cache
-def _own_catalog() -> Any:
+def _own_catalog() -> tuple[Any, Any]:
     """NCCL's own signatures (collectors/catalog/signatures/nccl.yaml but the bare WARN and the interface
-    list), built once: the WARN lines (and PyTorch's ``Last error:``) take their kind and cause from it."""
+    list), built once, as two matchers: the messages with anchors of their own (setup, /dev/shm, NVLS, IB
+    completions), and the families any WARN may belong to (topology, invalid usage, internal: anchored on
+    ``NCCL WARN`` itself), tried only on a WARN the words left plain."""
     from collectors.framework.signatures import Matcher, load_signatures
 
-    return Matcher(tuple(s for s in load_signatures() if s.family == "nccl"
-                         and s.kind not in ("nccl_warn", "nccl_net_interfaces")))
+    own = [s for s in load_signatures() if s.family == "nccl" and s.kind not in ("nccl_warn", "nccl_net_interfaces")]
+    return (Matcher(tuple(s for s in own if "NCCL WARN" not in s.anchors)),
+            Matcher(tuple(s for s in own if "NCCL WARN" in s.anchors)))
 
 
 def _meaning(msg: str, finding: Finding) -> Finding:
     """The finding of a WARN message as NCCL's catalog reads it: a setup mistake, /dev/shm, an
     allocation or NVLS failure becomes its own kind and cause; a message the words read as a network or
     CUDA error keeps that kind and takes the signature's cause; a plain WARN takes the family's kind."""
-    found = _own_catalog().match(f"NCCL WARN {msg}")
+    specific, families = _own_catalog()
+    found = specific.match(msg)
+    if found is None and finding.kind == "nccl_warn":
+        found = families.match(f"NCCL WARN {msg}")
     if found is None:
         return finding
     sig, attrs = found

@@ -106,3 +106,11 @@ def test_pytorchs_last_error_cuda_oom_reads_as_the_cuda_error():
             "Last error:\nCuda failure 'out of memory'\n")
     event, = [e for e in _events(text) if e.kind not in GENERIC]
     assert event.kind == "cuda_error" and event.attrs.get("oom") is True
+
+
+def test_nccl_230s_completion_names_its_status_and_keeps_the_fabric_cause():
+    event, = _events(PREFIX + "NET/IB: Got completion from peer 10.1.2.3<45678> with status=IBV_WC_RETRY_EXC_ERR(12) "
+                              "opcode=IBV_WC_SEND(2) vendor_err=129  localGid fe80::1 remoteGidsfe80::2 hca mlx5_0\n")
+    assert (event.kind, event.attrs["status"]) == ("nccl_net_error", 12)
+    assert event.attrs["causes"] == ["network_fabric_errors"]
+    assert event.attrs["status_name"] == "transport retry counter exceeded"
