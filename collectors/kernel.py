@@ -267,7 +267,7 @@ KEYWORDS = (b"NVRM", b"SXid", b"AER:", b"PCIe Bus Error", b"DPC: containment", b
             b"Oops: ", b"kernel BUG at", b"NULL pointer dereference", b"unable to handle",
             b"Device isn't ready", b"Reset indication", b"Admin queue is closed",
             b"Wait for completion (polling)", b"Kill process", b"Abort status: ", b"controller is down",
-            b"after probe failure", b"Device not ready", b"Detected IO errors",
+            b"after probe failure", b"Device not ready", b"Detected IO errors", b"blocks, I/O Error",
             b"has been shut down", *(w.encode() for w in NV_BARE))
 """Literals a line must hold to be looked at by the per-line parser; every handler of
 collectors/framework/kernel_lines.py is reachable through at least one of them."""

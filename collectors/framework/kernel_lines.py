@@ -363,6 +363,10 @@ _NVME = re.compile(r"nvme (?P<dev>nvme\d+): (?P<what>I/O (?:tag )?\d+ .*?timeout
                    r"frozen state error detected, reset controller|Abort status: 0x\w+)")
 """NVMe controller failures; ``I/O ... timeout, completion polled`` is none (the command completed, its interrupt
 was late)."""
+_NVME_CMD = re.compile(r"(?P<dev>nvme\d+n\d+): (?P<what>[\w /]+?\(0x[0-9a-fA-F]+\) @ LBA \d+, \d+ blocks?, "
+                       r"(?P<status>[^(\n]+?) \(sct (?P<sct>0x[0-9a-fA-F]+) / sc (?P<sc>0x[0-9a-fA-F]+)\))")
+"""A failed NVMe command as linux 5.19+ logs it (``nvme0n1: I/O Cmd(0x2) @ LBA 1336320, 32 blocks, I/O Error
+(sct 0x3 / sc 0x71)``)."""
 _NVME_PATH = re.compile(r"block (?P<dev>nvme\w+): no available path - failing I/O")
 _MD_FAIL = re.compile(r"md/(?P<level>raid\d*|linear|multipath):?(?P<dev>md\w*): Disk failure on (?P<disk>[\w-]+)"
                       r"(?:,| detected)")
@@ -919,6 +923,9 @@ class Classifier:
             level = "critical" if what.startswith(("Disabling", "Removing", "Device not ready")) else "error"
             yield self._event(rec, "io_error", "network_storage", level, device=m.group("dev"), subsystem="nvme",
                               what=what)
+        elif " @ LBA " in msg and (m := _NVME_CMD.search(msg)):
+            yield self._event(rec, "io_error", "network_storage", "error", device=m.group("dev"), subsystem="nvme",
+                              what=m.group("what"))
         elif "no available path" in msg and (m := _NVME_PATH.search(msg)):
             yield self._event(rec, "io_error", "network_storage", "critical", device=m.group("dev"),
                               subsystem="nvme", what="no available path")
