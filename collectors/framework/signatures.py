@@ -310,7 +310,10 @@ def _signature(entry: Any, where: str, family: str = "") -> Signature:
     samples = entry.get("samples")
     if not isinstance(samples, list) or len(samples) < MIN_SAMPLES:
         raise SignatureError(f"{where}: at least {MIN_SAMPLES} real sample lines with their source are required")
-    table = code_table(str(entry["table"])) if entry.get("table") is not None else None
+    try:
+        table = code_table(str(entry["table"])) if entry.get("table") is not None else None
+    except SignatureError as exc:
+        raise SignatureError(f"{where}: {exc}") from None
     parsed: list[Sample] = []
     for sample in samples:
         if not isinstance(sample, dict) or not isinstance(sample.get("line"), str) \
