@@ -100,8 +100,11 @@ class CodeTable:
                 self.by_code.setdefault((api, entry.code), entry)
                 for text in [entry.message, *(raw.get("aliases") or ())]:  # "toolchain." is also printed bare
                     self.by_message.setdefault(text.lower().rstrip("."), {}).setdefault(api, entry)
-        texts = sorted(self.by_message, key=len, reverse=True)
-        self.messages = re.compile(f"(?:{'|'.join(re.escape(t) for t in texts)})(?![A-Za-z])", re.IGNORECASE)
+        self.by_first_word: dict[str, list[str]] = {}
+        """a message's first word -> the messages that start with it, longest first (one dict lookup
+        and a few startswith instead of one regex alternation of every message: ~1 us, not ~50)"""
+        for text in sorted(self.by_message, key=len, reverse=True):
+            self.by_first_word.setdefault(text.split(" ", 1)[0], []).append(text)
 
     @staticmethod
     def _entry(api: str, raw: Any, where: str) -> CodeEntry:
@@ -119,13 +122,22 @@ class CodeTable:
         name = attrs.get("name")
         if isinstance(name, str) and (entry := self.by_name.get(name) or self.by_short.get(_short_name(name))):
             return entry
-        api = next((a for a, hint in self.hints.items() if hint.search(body)), self.apis[0])
         error = attrs.get("error")
-        if isinstance(error, str) and (m := self.messages.match(error.strip())):
-            by_api = self.by_message[m.group(0).lower()]
-            return by_api.get(api) or next(iter(by_api.values()))
+        if isinstance(error, str) and (by_api := self.message(error)):
+            return by_api.get(self._api(body)) if len(by_api) > 1 else next(iter(by_api.values()))
         code = attrs.get("code")
-        return self.by_code.get((api, code)) if isinstance(code, int) else None
+        return self.by_code.get((self._api(body), code)) if isinstance(code, int) else None
+
+    def message(self, text: str) -> dict[str, CodeEntry] | None:
+        """The entries (by api) whose message ``text`` starts with, as a whole word or phrase."""
+        low = text.strip().lower()
+        for known in self.by_first_word.get(low.split(" ", 1)[0], ()):
+            if low.startswith(known) and not low[len(known):len(known) + 1].isalpha():
+                return self.by_message[known]
+        return None
+
+    def _api(self, body: str) -> str:
+        return next((api for api, hint in self.hints.items() if hint.search(body)), self.apis[0])
 
 
 def _short_name(name: str) -> str:
