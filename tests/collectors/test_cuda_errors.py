@@ -25,6 +25,8 @@ RUNTIME_WRAPPERS = {
     "check_cuda_errors": 'CUDA error at train.cu:123 code={code}({name}) "cudaMalloc(&d, n)"',
     "gpuassert": "GPUassert: {msg} kernel.cu 42",
     "ggml": "CUDA error: {msg}\n  current device: 0, in function ggml_cuda_op at ggml-cuda.cu:2400",
+    "ggml_alloc": "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 144.00 MiB on device 0: "
+                  "cudaMalloc failed: {msg}",
     "caffe": "F0412 08:00:00.1 1 syncedmem.cpp:56] Check failed: error == cudaSuccess ({code} vs. 0)  {msg}",
     "catboost": "(TCudaException) catboost/cuda/cuda_lib/cuda_base.h:245: CUDA error {code}: {msg}",
     "paddle": "OSError: (External) CUDA error({code}), {msg}.",
