@@ -128,6 +128,10 @@ class CodeTable:
         code = attrs.get("code")
         return self.by_code.get((self._api(body), code)) if isinstance(code, int) else None
 
+    def causes(self) -> set[str]:
+        """Every cause an entry of the table points to."""
+        return {e.cause for e in self.by_name.values() if e.cause}
+
     def message(self, text: str) -> dict[str, CodeEntry] | None:
         """The entries (by api) whose message ``text`` starts with, as a whole word or phrase."""
         low = text.strip().lower()
