@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from collectors.base import LAYERS, SEVERITIES, Event, normalize_pci
-from collectors.framework.framing import Framed, frame_lines, peel
+from collectors.framework.framing import Framed, frame_lines, parse_iso, peel
 
 CATALOG = Path(__file__).resolve().parents[1] / "catalog" / "signatures"
 """One YAML file per family; the format is FORMAT.md beside them."""
@@ -557,8 +557,12 @@ def event_of(sig: Signature, attrs: dict[str, Any], framed: Framed, body: str) -
         layer, severity = info.pop("layer"), info.pop("severity")
         attrs = {**info, **attrs}
     pci = attrs.get("pci") if "nvswitch" not in attrs else None  # an NVSwitch's bus id names no GPU
-    return Event(kind=sig.kind, message=body.strip()[:2000], ts=framed.ts, ts_origin=framed.ts_origin,
-                 ts_approx=framed.ts_approx, ts_raw=framed.ts_raw, host=framed.host, layer=layer,
+    ts, origin, approx, raw = framed.ts, framed.ts_origin, framed.ts_approx, framed.ts_raw
+    stamp = attrs.pop("at", None)  # the message's own time (Slurm's "CANCELLED AT 2020-12-14T09:44:56")
+    if isinstance(stamp, str) and (when := parse_iso(stamp)) is not None and (ts is None or approx):
+        ts, origin, approx, raw = when, "message", False, stamp
+    return Event(kind=sig.kind, message=body.strip()[:2000], ts=ts, ts_origin=origin,
+                 ts_approx=approx, ts_raw=raw, host=framed.host, layer=layer,
                  severity=severity, gpu=normalize_pci(pci) if isinstance(pci, str) else None, rank=framed.rank,
                  attrs=attrs, line=framed.line)
 
