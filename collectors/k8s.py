@@ -86,7 +86,8 @@ _EVENT_OCCURRED = re.compile(r'"Event occurred".*?\breason="(\w+)"')
 _NPD_STATUS = re.compile(r"New status generated: &\{Source:(?P<source>[\w-]+) Events:\[\{Severity:\w+ "
                          r"Timestamp:.*? Reason:(?P<reason>\w+) Message:(?P<message>.*?)\}")
 _AGENTS = ("kubelet", "containerd", "dockerd", "crio", "k3s", "k3s-agent", "rke2", "nvidia-device-plugin",
-           "nvidia-container-runtime", "nvidia-container-toolkit", "gpu-operator", "gpu-feature-discovery", "node-problem-detector", "kube-scheduler")
+           "nvidia-container-runtime", "nvidia-container-toolkit", "gpu-operator", "gpu-feature-discovery",
+           "node-problem-detector", "kube-scheduler")
 
 _TABLE_WORDS = ("LAST SEEN", "FIRST SEEN", "NOMINATED NODE", "READINESS GATES", "LASTSEEN", "FIRSTSEEN",
                 "SUBOBJECTPATH", "NAMESPACE", "SUBOBJECT", "RESTARTS", "MESSAGE", "VERSION", "REASON", "OBJECT",
@@ -858,7 +859,8 @@ class _TextParser:
             return _event("DeviceUnhealthy", msg, ts=None, line=n, resource=res.group(1) if res else None, **common)
         rules = (("CrashLoopBackOff", r"CrashLoopBackOff"), ("BackOff", r"[Bb]ack-off restarting failed container"),
                  ("Unhealthy", r"Probe failed|probe failed"), ("SystemOOM", r"System OOM encountered"),
-                 ("OOMKilled", r"OOMKilled"), ("Evicted", r"[Ee]vict(?:ed|ing) pod|pods? evicted|pod is evicted successfully"),
+                 ("OOMKilled", r"OOMKilled"),
+                 ("Evicted", r"[Ee]vict(?:ed|ing) pod|pods? evicted|pod is evicted successfully"),
                  ("EvictionThresholdMet", r"[Ee]viction manager: "),
                  ("Killing", r"Killing container with a grace period|Killing unwanted pod"),
                  ("NodeNotReady", r"Node became not ready|NodeNotReady"), ("FailedScheduling", r"FailedScheduling"))

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any, BinaryIO
 
+from collectors._slurm_messages import daemon_message, reason_class
 from collectors.base import (
     MONTHS,
     Artifact,
@@ -541,6 +542,8 @@ def job_events(job: str | None, state_text: str | None, *, line: int | None = No
 def _job_event(job: str | None, state: str, when: datetime | None, attrs: dict[str, Any], approx: bool, origin: str,
                host: str | None, nodes: str | None, line: int | None) -> Event:
     attrs = {k: v for k, v in attrs.items() if v not in (None, [], "")}
+    if state == "PENDING" and (waits := reason_class(attrs.get("reason"))) is not None:
+        attrs["reason_class"] = waits
     label = f"job {job or '?'}" + (f" ({attrs['name']})" if attrs.get("name") else "")
     detail = f" exit {attrs['exit_code']}:{attrs.get('signal') or 0}" if "exit_code" in attrs else ""
     if "exit_code" not in attrs and attrs.get("signal"):
@@ -1045,6 +1048,27 @@ class _TextParser:
     def _log_message(self, n: int, msg: str, step: str | None, host: str | None,
                      prog: str | None) -> list[Event] | None:
         """One Slurm message -> its events; None when it is not one this parser knows."""
+        events = self._known_message(n, msg, step, host, prog)
+        if events or (daemon := daemon_message(msg)) is None:
+            return events
+        kind, attrs = daemon
+        if step and "step" not in attrs:
+            attrs.update(step=step, job=step.split(".")[0])
+        node = attrs.get("node") or host
+        if kind == "node_problem" and node:
+            event = node_event(node, None, reason=attrs["reason"], line=n)
+            if event is not None:
+                event.attrs["error"] = attrs["error"]
+                return [event]
+        attrs["daemon"] = prog or ("slurmstepd" if step else None)
+        return [Event(kind="slurm_daemon_error", message=f"{attrs['daemon'] or 'slurm'} {attrs['level']}: "
+                      f"{attrs['error'][:300]}", host=host, job=attrs.get("job"),
+                      severity="critical" if attrs["level"] == "fatal" else "error",
+                      attrs={k: v for k, v in attrs.items() if v is not None}, line=n)]
+
+    def _known_message(self, n: int, msg: str, step: str | None, host: str | None,
+                       prog: str | None) -> list[Event] | None:
+        """The messages of jobs, steps and nodes this parser reads; None for a line it does not know."""
         if not _WORTH_A_LOOK.search(msg):
             return [] if prog is not None or step is not None else None
         msg = re.sub(r"^(?:error|debug\d?|info|verbose|fatal|warning):\s*", "", msg)

@@ -82,3 +82,17 @@ def test_a_describe_events_block_carries_the_counts():
             "  Warning  FailedScheduling  40s (x2 over 40s)  default-scheduler  0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) were unschedulable.\n")
     (event,) = [e for e in _events("k8s_describe", text) if e.attrs.get("reason") == "FailedScheduling"]
     assert event.attrs["nodes_unschedulable"] == 1 and event.attrs["nodes_insufficient_gpu"] == 1
+
+
+def test_kubelet_and_scheduler_journal_lines():
+    # https://github.com/kubernetes/kubernetes/blob/819ecd4dbe6afbaa4f6227d22b9c46938d48e603/pkg/kubelet/events/event.go (filled)
+    text = ('Mar 02 10:15:42 gpu-node-3 kubelet[2211]: I0302 10:15:42.118421    2211 event.go:307] "Event occurred" object="ml/trainer-0" fieldPath="" kind="Pod" apiVersion="v1" type="Warning" reason="Evicted" message="The node was low on resource: memory. Threshold quantity: 100Mi, available: 91040Ki. Container trainer was using 12Gi, request is 0, has larger consumption of memory. "\n'
+            'Mar 02 10:15:43 cp-1 kube-scheduler[981]: I0302 10:15:43.000000     981 schedule_one.go:1004] "Unable to schedule pod; no fit; waiting" pod="ml/trainer-1" err="0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) were unschedulable."\n'
+            'Mar 02 10:15:44 gpu-node-3 kubelet[2211]: I0302 10:15:44.000000    2211 eviction_manager.go:199] "Eviction manager: pods evicted, waiting for pod to be cleaned up" pods=["ml/trainer-0"]\n'
+            'Mar 02 10:15:45 gpu-node-3 node-problem-detector[611]: I0302 10:15:45.000000     611 log_monitor.go:162] New status generated: &{Source:kernel-monitor Events:[{Severity:warn Timestamp:2026-03-02 10:15:45 +0000 UTC Reason:TaskHung Message:task python:48211 blocked for more than 120 seconds.}] Conditions:[]}\n')
+    evicted, sched, cleaned, npd = _events("kubelet_log", text)
+    assert evicted.attrs["reason"] == "Evicted" and evicted.attrs["object"] == "Pod/trainer-0"
+    assert evicted.attrs["threshold"] == "100Mi" and evicted.attrs["usage"] == "12Gi" and evicted.host == "gpu-node-3"
+    assert sched.attrs["reason"] == "FailedScheduling" and sched.attrs["nodes_unschedulable"] == 1
+    assert cleaned.attrs["reason"] == "Evicted"
+    assert npd.attrs["reason"] == "TaskHung" and npd.attrs["which"] == "kernel-monitor"

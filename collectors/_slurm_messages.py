@@ -1,0 +1,82 @@
+"""Slurm daemons' error and fatal lines that say what broke on a node, by family.
+
+slurmctld, slurmd and slurmstepd write hundreds of distinct error()/fatal() messages (harvested in
+collectors/catalog/harvest/slurm.yaml). A few decide a diagnosis on their own: the node was drained
+because a prolog or epilog failed, a task could not be killed, the node registered with fewer GPUs
+than configured, the step's spool directory filled. Those become ``node_state`` or ``step_killed``
+events with the reason Slurm drains the node for; every other error or fatal line of a Slurm daemon
+is one ``slurm_daemon_error`` (daemon, level, error, job, step), never dropped.
+
+The pending reasons of job_state_reason.c are grouped here too: a job that waits on a QOS or
+association limit waits on policy, one that waits on Resources waits on capacity, one on
+ReqNodeNotAvail on nodes that are down or drained.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+LEVEL = re.compile(r"^(?P<level>error|fatal|FATAL|Error):\s*(?P<rest>.*)$")
+_STEP = re.compile(r"\b(?:StepId=|step )(?P<step>\d+(?:_\d+)?\.(?:\d+|batch|extern|interactive|TBD))\b")
+_JOB = re.compile(r"\bJobId=(?P<job>\d+(?:_\d+)?)")
+
+NODE_PROBLEMS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("Prolog error", re.compile(r"\b(?:[Pp]rolog failed|prolog_slurmd failed|[Pp]rolog error|error running prolog)")),
+    ("Epilog error", re.compile(r"\b(?:[Ee]pilog failed|[Ee]pilog error|epilog_slurmd failed)")),
+    ("Kill task failed", re.compile(r"\b(?:Kill task failed|[Uu]nable to kill|"
+                                    r"STEPD TERMINATED .*NOT ENDING WITH SIGNALS|step_terminate_monitor)")),
+    ("gres count reported lower than configured", re.compile(r"\b(?P<gres>gres/\w+) count reported lower than "
+                                                              r"configured \((?P<found>\d+) < (?P<want>\d+)\)")),
+    ("node registration invalid", re.compile(r"_slurm_rpc_node_registration node=(?P<node>[\w.-]+): "
+                                             r"(?P<error>.+)$")),
+    ("SlurmdSpoolDir is full", re.compile(r"SlurmdSpoolDir is full|[Nn]o space left on device")),
+)
+"""Messages whose node Slurm drains (or should), by the drain reason Slurm writes for them."""
+
+_REASON_CLASS = (
+    ("capacity", re.compile(r"^(?:Resources|Priority|Reservation|Nodes_required_for_job_are_DOWN.*|"
+                            r"NodeDown|BadConstraints|MaxPoweredUpNodes)$")),
+    ("nodes_unavailable", re.compile(r"^(?:ReqNodeNotAvail.*|NodeDown|PartitionDown|PartitionInactive|"
+                                     r"Nodes_required.*|launch failed requeued held|BootFail)$")),
+    ("dependency", re.compile(r"^(?:Dependency|DependencyNeverSatisfied|BeginTime)$")),
+    ("held", re.compile(r"^(?:JobHeldUser|JobHeldAdmin|job_requeued_in_held_state|JobHoldMaxRequeue|"
+                        r"launch failed requeued held|SchedDefer|FrontEndDown|Prolog)$")),
+)
+
+
+def reason_class(reason: str | None, flags: str = "") -> str | None:
+    """What a pending reason waits on: capacity, a policy limit, unavailable nodes, a dependency, a hold."""
+    if not reason or reason == "None":
+        return None
+    if reason.startswith(("QOS", "Assoc", "MaxCpu", "MaxGRES", "MaxNode", "MaxMem", "MaxTRES", "MaxBB",
+                          "MaxLicense", "MaxEnergy", "MaxBilling", "MaxUnknown", "MaxVmem", "MaxFS", "MaxWall",
+                          "MinCpu", "MinGRES", "MinNode", "MinMem", "MinTRES", "MinBB", "MinLicense", "MinEnergy",
+                          "MinBilling", "MinUnknown", "MinVmem", "MinFS", "GrpCpu", "GrpGRES", "GrpNode",
+                          "GrpMem", "GrpTRES", "GrpJobs", "GrpSubmit", "GrpWall", "GrpBB", "GrpLicense",
+                          "Partition", "AccountNotAllowed", "InvalidAccount", "InvalidQOS", "Licenses")):
+        return "limit" if not reason.startswith(("PartitionDown", "PartitionInactive")) else "nodes_unavailable"
+    for name, pattern in _REASON_CLASS:
+        if pattern.match(reason):
+            return name
+    return "other"
+
+
+def daemon_message(body: str) -> tuple[str, dict[str, Any]] | None:
+    """An error/fatal line of a Slurm daemon -> (kind, attrs): a node problem, or slurm_daemon_error."""
+    m = LEVEL.match(body)
+    if m is None:
+        return None
+    level, rest = m.group("level").lower(), m.group("rest").strip()
+    attrs: dict[str, Any] = {"level": level, "error": rest[:2000]}
+    if (s := _STEP.search(rest)) is not None:
+        attrs["step"] = s.group("step")
+        attrs["job"] = s.group("step").split(".")[0]
+    elif (j := _JOB.search(rest)) is not None:
+        attrs["job"] = j.group("job")
+    for reason, pattern in NODE_PROBLEMS:
+        if (p := pattern.search(rest)) is not None:
+            attrs["reason"] = reason
+            attrs.update({k: v for k, v in p.groupdict().items() if v and k != "error"})
+            return "node_problem", attrs
+    return "slurm_daemon_error", attrs
