@@ -68,6 +68,8 @@ def daemon_message(body: str) -> tuple[str, dict[str, Any]] | None:
     if m is None:
         return None
     level, rest = m.group("level").lower(), m.group("rest").strip()
+    if not rest:
+        return None
     attrs: dict[str, Any] = {"level": level, "error": rest[:2000]}
     if (s := _STEP.search(rest)) is not None:
         attrs["step"] = s.group("step")

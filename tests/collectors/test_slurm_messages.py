@@ -66,3 +66,8 @@ def test_a_pending_job_record_carries_its_reason_class():
     (event,) = _events("JobId=4242 JobName=train UserId=alice(1000) JobState=PENDING Reason=QOSMaxGRESPerUser "
                        "Dependency=(null) SubmitTime=2026-03-02T10:00:00 StartTime=Unknown\n", kind="scontrol_job")
     assert event.attrs["state"] == "PENDING" and event.attrs["reason_class"] == "limit"
+
+
+def test_an_error_line_cut_after_its_level_gives_no_event():
+    assert daemon_message("error: ") is None
+    assert _events("srun: error: \n") == []
