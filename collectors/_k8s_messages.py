@@ -59,9 +59,13 @@ def scheduling_attrs(message: str) -> dict[str, Any]:
     items: list[tuple[int, str]] = []
     if (m := _AVAILABLE.search(main)) is not None:
         attrs["nodes_available"], attrs["nodes_total"] = int(m.group("avail")), int(m.group("total"))
+        rejected = int(m.group("total")) - int(m.group("avail"))
         for item in _ITEM_SPLIT.split((m.group("items") or "").strip().rstrip(".")):
             if (i := _ITEM.match(item.strip())) is not None:
                 items.append((int(i.group("n")), i.group("what").strip().rstrip(".")))
+            elif item.strip() and not items:
+                # a pod-level reason (PreFilter: "pod has unbound immediate PersistentVolumeClaims") rejects every node
+                items.append((rejected, item.strip().rstrip(".")))
     elif (m := _PREDICATES.search(main)) is not None:
         for item in re.split(r",\s*", m.group("items").strip().rstrip(".")):
             if (i := _OLD_ITEM.match(item.strip())) is not None:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-LEVEL = re.compile(r"^(?P<level>error|fatal|FATAL|Error):\s*(?P<rest>.*)$")
+LEVEL = re.compile(r"^(?:(?P<plugin>[\w./-]+): )?(?P<level>error|fatal|FATAL|Error):\s*(?P<rest>.*)$")
+"""``error: ...``, or a plugin's ``spank-epilog: error: ...`` as slurmd logs it."""
 _STEP = re.compile(r"\b(?:StepId=|step )(?P<step>\d+(?:_\d+)?\.(?:\d+|batch|extern|interactive|TBD))\b")
 _JOB = re.compile(r"\bJobId=(?P<job>\d+(?:_\d+)?)")
 
@@ -33,6 +34,20 @@ NODE_PROBLEMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("SlurmdSpoolDir is full", re.compile(r"SlurmdSpoolDir is full|[Nn]o space left on device")),
 )
 """Messages whose node Slurm drains (or should), by the drain reason Slurm writes for them."""
+
+_ERROR_CLASS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("gres", re.compile(r"\bgres\b|\bGRES\b|gpu", re.I)),
+    ("cgroup", re.compile(r"cgroup|cpuset|oom|memory limit|task/affinity|task_g_|proctrack", re.I)),
+    ("auth", re.compile(r"cred|Security violation|munge|auth|setresuid|setgroups|initgroups|privileges|uid|gid",
+                        re.I)),
+    ("plugin", re.compile(r"spank|pam_|x11|Xauthority|SELinux|mpi_g_|switch_g_|acct_gather|job_container", re.I)),
+    ("communication", re.compile(r"connect|send|recv|socket|slurm_msg|\bRPC\b|forward|eio|io_init|response|"
+                                 r"stepmgr|message|msg", re.I)),
+    ("os", re.compile(r"open|mkdir|chdir|chown|chmod|rmdir|unlink|exec|fork|stat\b|write|read|dup2|pipe|pty|"
+                      r"No space|waitpid|kill|signal|setsid|environment|getpw|Permission denied", re.I)),
+    ("config", re.compile(r"conf|config|invalid|parse|not set|unknown", re.I)),
+)
+"""What a daemon error line is about, for a responder who reads hundreds of them: the first class that matches."""
 
 _REASON_CLASS = (
     ("capacity", re.compile(r"^(?:Resources|Priority|Reservation|Nodes_required_for_job_are_DOWN.*|"
@@ -70,6 +85,8 @@ def daemon_message(body: str) -> tuple[str, dict[str, Any]] | None:
     level, rest = m.group("level").lower(), m.group("rest").strip()
     if not rest:
         return None
+    if m.group("plugin"):
+        rest = f"{m.group('plugin')}: {rest}"
     attrs: dict[str, Any] = {"level": level, "error": rest[:2000]}
     if (s := _STEP.search(rest)) is not None:
         attrs["step"] = s.group("step")
@@ -81,4 +98,5 @@ def daemon_message(body: str) -> tuple[str, dict[str, Any]] | None:
             attrs["reason"] = reason
             attrs.update({k: v for k, v in p.groupdict().items() if v and k != "error"})
             return "node_problem", attrs
+    attrs["class"] = next((name for name, pattern in _ERROR_CLASS if pattern.search(rest)), "other")
     return "slurm_daemon_error", attrs

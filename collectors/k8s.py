@@ -538,9 +538,10 @@ class _TextParser:
             yield from self._flush_container()
             return
         if self.table is not None:
-            if re.fullmatch(r"[-\s]+", line) and self.table["starts"][0] >= 0:
-                self.table["starts"] = [m.start() for m in re.finditer(r"-+", line)]
-                return
+            if re.fullmatch(r"[-\s]+", line):
+                if self.table["starts"][0] >= 0:
+                    self.table["starts"] = [m.start() for m in re.finditer(r"-+", line)]
+                return  # a tab-separated table's ruler only underlines it
             row = None
             if self.table["starts"] and self.table["starts"][0] < 0 and "\t" in line:
                 row = self._tab_row(line)
@@ -591,7 +592,7 @@ class _TextParser:
         """Old kubectl separated columns by tabs; an empty SubobjectPath collapses into its neighbours' tabs."""
         assert self.table is not None
         cols: list[str] = self.table["cols"]
-        values = re.split(r"\t+", line.strip())
+        values = [v.strip() for v in re.split(r"\t+", line.strip())]
         if len(values) == len(cols) - 1:
             gap = next((i for i, c in enumerate(cols) if c in ("SUBOBJECTPATH", "SUBOBJECT")), None)
             if gap is None:

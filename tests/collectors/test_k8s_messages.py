@@ -96,3 +96,24 @@ def test_kubelet_and_scheduler_journal_lines():
     assert sched.attrs["reason"] == "FailedScheduling" and sched.attrs["nodes_unschedulable"] == 1
     assert cleaned.attrs["reason"] == "Evicted"
     assert npd.attrs["reason"] == "TaskHung" and npd.attrs["which"] == "kernel-monitor"
+
+
+def test_a_pod_level_reason_rejects_every_node():
+    # https://github.com/akash-network/support/issues/249
+    a = scheduling_attrs("0/8 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/8 "
+                         "nodes are available: 8 Preemption is not helpful for scheduling..")
+    assert a["nodes_volume"] == 8 and a["blocker"] == "volume" and "nodes_insufficient_gpu" not in a
+
+
+# https://github.com/kubernetes/website/blob/0189ae0f6bf2a79ff2e4bfd5f9ec0da98d64c5d2/content/en/docs/tasks/debug-application-cluster/debug-application-introspection.md
+OLD_EVENTS = ("  Events:\n"
+              "    FirstSeen\tLastSeen\tCount\tFrom\t\t\t        SubobjectPath\tType\t\tReason\t\t\t    Message\n"
+              "    ---------\t--------\t-----\t----\t\t\t        -------------\t--------\t------\t\t\t    -------\n"
+              "    1m\t\t    48s\t\t    7\t    {default-scheduler }\t\t\t        Warning\t\tFailedScheduling\tpod (nginx-deployment-1370807587-fz9sd) failed to fit in any node\n")
+
+
+def test_the_tab_separated_events_layout_of_old_kubectl():
+    (event,) = _events("k8s_events_table", OLD_EVENTS)
+    assert event.attrs["reason"] == "FailedScheduling" and event.attrs["count"] == 7
+    assert event.attrs["component"] == "default-scheduler" and event.attrs["type"] == "Warning"
+    assert event.attrs["message"] == "pod (nginx-deployment-1370807587-fz9sd) failed to fit in any node"

@@ -71,3 +71,26 @@ def test_a_pending_job_record_carries_its_reason_class():
 def test_an_error_line_cut_after_its_level_gives_no_event():
     assert daemon_message("error: ") is None
     assert _events("srun: error: \n") == []
+
+
+def test_a_plugins_error_line_keeps_the_plugins_name():
+    # https://github.com/awslabs/awsome-distributed-ai/issues/185
+    (event,) = _events("Feb 22 17:46:38 ip-10-1-74-228 slurmd[13562]: spank-epilog: error: pyxis: mkdir: cannot create directory '/opt/dlami/nvme/tmp/enroot/data': Permission denied\n")
+    assert event.kind == "slurm_daemon_error" and event.host == "ip-10-1-74-228" and event.attrs["daemon"] == "slurmd"
+    assert event.attrs["error"].startswith("spank-epilog: pyxis: mkdir: cannot create directory")
+
+
+def test_a_sinfo_r_row_without_its_header():
+    # https://github.com/awslabs/awsome-distributed-ai/issues/185 (the header was pasted on the command line)
+    (event,) = _events("sinfo -R REASON USER TIMESTAMP NODELIST\n\nKill task failed root 2024-01-25T15:12:23 ip-10-0-1-23\n",
+                       kind="sinfo")
+    assert (event.kind, event.host, event.attrs["reason"], event.attrs["user"]) == ("node_state", "ip-10-0-1-23",
+                                                                                   "Kill task failed", "root")
+    assert event.ts == datetime(2024, 1, 25, 15, 12, 23, tzinfo=timezone.utc)
+
+
+def test_daemon_errors_say_what_they_are_about():
+    # filled from https://github.com/SchedMD/slurm/blob/284c3b95f08a2dc2478499837b03355e1b9c5c75/src/slurmd/slurmd/req.c
+    assert daemon_message("error: Security violation: sbcast_cred from 1000 has bad hostset node01")[1]["class"] == "auth"
+    assert daemon_message("error: stepd_connect to StepId=4242.0 failed: Connection refused")[1]["class"] == "communication"
+    assert daemon_message("error: couldn't chdir to `/home/alice': No such file or directory")[1]["class"] == "os"
