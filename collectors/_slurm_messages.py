@@ -5,7 +5,9 @@ collectors/catalog/harvest/slurm.yaml). A few decide a diagnosis on their own: t
 because a prolog or epilog failed, a task could not be killed, the node registered with fewer GPUs
 than configured, the step's spool directory filled. Those become ``node_state`` or ``step_killed``
 events with the reason Slurm drains the node for; every other error or fatal line of a Slurm daemon
-is one ``slurm_daemon_error`` (daemon, level, error, job, step), never dropped.
+is a ``slurm_<family>_error`` (auth, communication, cgroup, gres, plugin, node_table, step_setup, os,
+config, internal: what a responder would look at) with daemon, level, error, job and step, and a line of
+no known family the catch-all ``slurm_daemon_error``: never dropped.
 
 The pending reasons of job_state_reason.c are grouped here too: a job that waits on a QOS or
 association limit waits on policy, one that waits on Resources waits on capacity, one on
@@ -37,17 +39,34 @@ NODE_PROBLEMS: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 _ERROR_CLASS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("gres", re.compile(r"\bgres\b|\bGRES\b|gpu", re.I)),
-    ("cgroup", re.compile(r"cgroup|cpuset|oom|memory limit|task/affinity|task_g_|proctrack", re.I)),
-    ("auth", re.compile(r"cred|Security violation|munge|auth|setresuid|setgroups|initgroups|privileges|uid|gid",
-                        re.I)),
-    ("plugin", re.compile(r"spank|pam_|x11|Xauthority|SELinux|mpi_g_|switch_g_|acct_gather|job_container", re.I)),
-    ("communication", re.compile(r"connect|send|recv|socket|slurm_msg|\bRPC\b|forward|eio|io_init|response|"
-                                 r"stepmgr|message|msg", re.I)),
-    ("os", re.compile(r"open|mkdir|chdir|chown|chmod|rmdir|unlink|exec|fork|stat\b|write|read|dup2|pipe|pty|"
-                      r"No space|waitpid|kill|signal|setsid|environment|getpw|Permission denied", re.I)),
-    ("config", re.compile(r"conf|config|invalid|parse|not set|unknown", re.I)),
+    ("cgroup", re.compile(r"cgroup|cpuset|oom|memory limit|task/affinity|task_g_|task plugin|proctrack|prlimit|"
+                          r"RLIMIT|CPU time limit", re.I)),
+    ("internal", re.compile(r"underflow|should never happen|Sanity check|\bNULL\b|unpack|_pack|protocol_version|"
+                            r"not supported|bitmap|Unrecognized request|bad op code|not valid|didn't understand|"
+                            r"incomplete data|ret_list|is NULL|mmap|half-way", re.I)),
+    ("auth", re.compile(r"cred|Security violation|munge|auth|setresuid|setgroups|initgroups|privileges|\buid\b|"
+                        r"\bgid\b|access denied|SlurmUser|allowed only for root", re.I)),
+    ("plugin", re.compile(r"spank|pam_|x11|Xauthority|SELinux|mpi_g_|switch_g_|switch plugin|acct_gather|"
+                          r"job_container|Plugin stack|plugins|namespace|bpf|energy|power sensors", re.I)),
+    ("node_table", re.compile(r"node state|checkpoint file|unable to find node|does not exist|dynamic node|NodeSet|"
+                              r"state file|MaxPoweredUpNodes|[Pp]ower action|PowerAction|reboot|delete|"
+                              r"Node creation|create a node|RealMemory|ping_count|node update|INVAL|features",
+                              re.I)),
+    ("communication", re.compile(r"connect|send|recv|receive|socket|slurm_msg|\bRPC\b|forward|eio|io_init|"
+                                 r"response|stepmgr|message|msg|notify|address|resolve|timed out|ack\b|"
+                                 r"pending requests|header", re.I)),
+    ("step_setup", re.compile(r"TaskProlog|TaskEpilog|task-epilog|prolog|epilog|setup failed|TMPDIR|stepd|"
+                              r"slurmstepd|launch|task|runtime setup|IO setup|child|exit|[Pp]rocess \d+|"
+                              r"working directory|script|step|zero processors|home directory|tmp file|"
+                              r"TMPDIR|SLURM_JOBID|pdebug|job resources|tres list|/dev/null", re.I)),
+    ("os", re.compile(r"open|mkdir|chdir|chown|chmod|rmdir|unlink|exec|fork|stat\b|write|read|dup2?\b|pipe|pty|"
+                      r"No space|waitpid|kill|signal|setsid|environment|getpw|Permission denied|ioctl|reap|"
+                      r"directory|path",
+                      re.I)),
+    ("config", re.compile(r"conf|config|invalid|parse|not set|unknown|specified|overlaps", re.I)),
 )
-"""What a daemon error line is about, for a responder who reads hundreds of them: the first class that matches."""
+"""What a daemon error line is about, the first class that matches; each class is its own event kind
+(slurm_<class>_error), so a check can ask for the family it cares about."""
 
 _REASON_CLASS = (
     ("capacity", re.compile(r"^(?:Resources|Priority|Reservation|Nodes_required_for_job_are_DOWN.*|"
@@ -98,5 +117,5 @@ def daemon_message(body: str) -> tuple[str, dict[str, Any]] | None:
             attrs["reason"] = reason
             attrs.update({k: v for k, v in p.groupdict().items() if v and k != "error"})
             return "node_problem", attrs
-    attrs["class"] = next((name for name, pattern in _ERROR_CLASS if pattern.search(rest)), "other")
-    return "slurm_daemon_error", attrs
+    family = next((name for name, pattern in _ERROR_CLASS if pattern.search(rest)), None)
+    return (f"slurm_{family}_error" if family else "slurm_daemon_error"), attrs

@@ -1077,7 +1077,8 @@ class _TextParser:
                 event.attrs["error"] = attrs["error"]
                 return [event]
         attrs["daemon"] = prog or daemon or ("slurmstepd" if step else None)
-        return [Event(kind="slurm_daemon_error", message=f"{attrs['daemon'] or 'slurm'} {attrs['level']}: "
+        return [Event(kind="slurm_node_problem" if kind == "node_problem" else kind,
+                      message=f"{attrs['daemon'] or 'slurm'} {attrs['level']}: "
                       f"{attrs['error'][:300]}", host=host, job=attrs.get("job"),
                       severity="critical" if attrs["level"] == "fatal" else "error",
                       attrs={k: v for k, v in attrs.items() if v is not None}, line=n)]
