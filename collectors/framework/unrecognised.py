@@ -8,8 +8,8 @@ event with the program that wrote it and a layer from that program (collectors/c
 The engine ranks them as low hypotheses at their layer; ``gpuwb catalog unknown BUNDLE`` prints them
 grouped, ready to become catalog entries.
 
-Repeats are one event: lines of the same template (digits, hex and addresses masked) in one artifact
-count into the first one's ``count``, and at most MAX_TEMPLATES templates are kept per artifact, so a
+Repeats are one event: lines of one host with the same template (digits, hex and addresses masked) in
+one artifact count into the first one's ``count``, and at most MAX_TEMPLATES templates are kept per artifact, so a
 log that prints the same error a million times costs one row.
 
 Cost: one RE2 alternation over the raw bytes, as the catalog's prefilter; only hit lines are decoded.
@@ -120,7 +120,7 @@ def _block(block: bytes, first_line: int, skip: set[int], layer: str, reference:
         if (framed.level or "").lower() in _QUIET_LEVELS or not framed.message.strip():
             continue
         key = template(framed.message)
-        seen = firsts.get(key)
+        seen = firsts.get(f"{framed.host}\0{key}")
         if seen is not None:
             seen.attrs["count"] += 1
             continue
@@ -129,11 +129,12 @@ def _block(block: bytes, first_line: int, skip: set[int], layer: str, reference:
             last.attrs["dropped"] = last.attrs.get("dropped", 0) + 1
             continue
         program = (framed.program or "").lower() or None
-        where = layer_tables()[0].get(program or "", layer)
+        # a program the table does not know is an application's; only a line naming none is the file's
+        where = layer_tables()[0].get(program, "business") if program else layer
         attrs: dict[str, Any] = {"count": 1, "template": key}
         if program:
             attrs["program"] = program
-        firsts[key] = Event(kind="unrecognised_error", message=framed.message.strip()[:2000], ts=framed.ts,
-                            ts_origin=framed.ts_origin, ts_approx=framed.ts_approx, ts_raw=framed.ts_raw,
-                            host=framed.host, layer=where, severity="warning", rank=framed.rank,
-                            attrs=attrs, line=line_no)
+        firsts[f"{framed.host}\0{key}"] = Event(
+            kind="unrecognised_error", message=framed.message.strip()[:2000], ts=framed.ts,
+            ts_origin=framed.ts_origin, ts_approx=framed.ts_approx, ts_raw=framed.ts_raw, host=framed.host,
+            layer=where, severity="warning", rank=framed.rank, attrs=attrs, line=line_no)

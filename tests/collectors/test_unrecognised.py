@@ -16,7 +16,7 @@ Traceback (most recent call last):
   File "x.py", line 1, in <module>
 WeirdLibError: the widget is at 1.21 GW
 RuntimeError: CUDA error: an illegal memory access was encountered
-2024-05-12T10:11:15Z node1 kubelet[77]: E0512 10:11:15.123456 77 pod_workers.go:1298] "Error syncing pod, skipping" err="unknown"
+2024-05-12T10:11:15Z node1 kubelet[77]: E0512 10:11:15.123456 77 pod_workers.go:1298] "Error syncing pod" err="x"
 process exited with code 3
 """
 
