@@ -66,6 +66,8 @@ class EventKind:
     """every attr it may carry, its own and its groups', name -> meaning"""
     own: dict[str, str]
     groups: tuple[str, ...]
+    generic: bool = False
+    """a catch-all ("any other NCCL WARN line"): the line was kept, but no entry knew what it means"""
 
 
 def event_kinds() -> dict[str, EventKind]:
@@ -117,7 +119,7 @@ def parse_catalog(text: str) -> tuple[dict[str, EventKind], dict[str, dict[str, 
             merged.update(groups[group])
         merged.update(own)
         kinds[name] = EventKind(name, tuple(layers), " ".join(str(entry["meaning"]).split()), merged, own,
-                                tuple(entry.get("groups", [])))
+                                tuple(entry.get("groups", [])), bool(entry.get("generic")))
     return kinds, groups
 
 
