@@ -7,9 +7,10 @@ initialization error: nvml error: driver not loaded", "unsatisfied condition: cu
 CDI devices"), and which layer it names decides the fix: a driver that is missing or another version
 than its libraries (reboot, reinstall), an image that wants a newer driver, or a runtime never set up
 for GPUs. Known messages come from the signature catalog (collectors/catalog/signatures/
-container_toolkit.yaml, which names their causes); an error-level line of the toolkit's own log that no
-signature knows is still a ``container_toolkit_error``, without a cause, so it is on the timeline. The
-versions the logs print become host facts, to set beside the driver's.
+container_toolkit.yaml, which names their causes); a warning or error of the toolkit's own log that no
+signature knows is classified by what its message chain is about (driver discovery, CDI, devices, config,
+OCI spec) as a ``container_toolkit_error``, else kept as a ``container_toolkit_line``. The versions the
+logs print become host facts, to set beside the driver's.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ SIGNATURES_INLINE = True
 """parse() matches the signature catalog on each line's message with the line's own time and level."""
 
 _NAME_HINT = re.compile(r"nvidia-container-(?:toolkit|runtime|cli)|nvidia-ctk|container-toolkit", re.IGNORECASE)
+_OWN_FRAMES = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ (?:nvc\w*|driver|rpc|dxcore|jetson_\w+)\.c:\d+\]"
+                         r"|^(?:time=\"[^\"]*\" level=\w+ msg=|\{\"level\":\"\w+\",\"msg\":)", re.MULTILINE)
 _HEAD_HINTS = ("nvidia-container-cli", "nvidia-container-runtime", "nvidia-ctk", "NVIDIA Container Runtime",
-               "nvc.c:", "nvc_info.c:", "nvc_mount.c:", "nvidia-container-toolkit", "unresolvable CDI devices",
-               "Auto-detected mode as")
+               "nvidia-container-toolkit", "libnvidia-container", "cdi", "CDI")
 _LOGRUS_TEXT = re.compile(r'time="(?P<time>[^"]*)"\s+level=(?P<level>\w+)\s+msg="(?P<msg>(?:[^"\\]|\\.)*)"')
 _LOGRUS_SHORT = re.compile(r"^(?P<level>INFO|WARN|ERRO|FATA|PANI|DEBU|TRAC)\[(?P<secs>\d+)\]\s+(?P<msg>.*)$")
 _GLOG = re.compile(r"^(?P<level>[IWEF])(?P<mm>\d\d)(?P<dd>\d\d) (?P<clock>\d\d:\d\d:\d\d(?:\.\d+)?)\s+\d+\s+"
@@ -41,6 +43,27 @@ _GLOG = re.compile(r"^(?P<level>[IWEF])(?P<mm>\d\d)(?P<dd>\d\d) (?P<clock>\d\d:\
 _LEVELS = {"I": "info", "W": "warning", "E": "error", "F": "fatal", "INFO": "info", "WARN": "warning",
            "ERRO": "error", "FATA": "fatal", "PANI": "panic", "DEBU": "debug", "TRAC": "trace",
            "warn": "warning", "warning": "warning", "error": "error", "fatal": "fatal", "panic": "panic"}
+_FAMILIES: tuple[tuple[str, re.Pattern[str], str | None], ...] = (
+    ("requirement", re.compile(r"unsatisfied condition|requirements? not met|\bnot met\b", re.I),
+     "driver_stack_mismatch"),
+    ("requirement_syntax", re.compile(r"invalid (?:constraint|operator|value|version string)|invailid value", re.I),
+     None),
+    ("driver_discovery", re.compile(r"locat|lookup|not found|missing|symlink|soname|driver version|cuda version"
+                                    r"|compute capability|driver root|libnvidia|libcuda|firmware|ldcache|ldconfig"
+                                    r"|search path|librar|discover|mount|\bcsv\b|wildcard|environment variables"
+                                    r"|container edits|compat", re.I), "gpu_runtime_misconfigured"),
+    ("cdi", re.compile(r"\bcdi\b|container device interface", re.I), "gpu_runtime_misconfigured"),
+    ("devices", re.compile(r"device|\bmig\b|capabilit|imex|nvidia-caps|/dev/|\bgpus?\b", re.I),
+     "gpu_runtime_misconfigured"),
+    ("config", re.compile(r"config|log.?level|\bmode\b|option|flag|toml|\blog\b|logger|log file"
+                          r"|must be specified", re.I), "gpu_runtime_misconfigured"),
+    ("oci", re.compile(r"\boci\b|\bspec\b|specification|bundle|runtime|\bexec|hook|container state|modif|path"
+                       r"|open file", re.I), "gpu_runtime_misconfigured"),
+)
+"""What an error of the toolkit's own log is about, by the words of its message chain, and the cause an
+error-level line of that family points to: every family is the toolkit failing to set a container up for
+its GPUs, except an image's requirement the host driver does not meet. A warning gets its family, no cause."""
+
 _SEVERITY = {"warning": "warning", "error": "error", "fatal": "critical", "panic": "critical"}
 """Levels at which a line of the toolkit's own log is an event even when no signature knows it."""
 _VERSIONS = (
@@ -53,12 +76,14 @@ _VERSIONS = (
 
 
 def sniff(name: str, head: str) -> dict[str, int]:
-    """The toolkit's logs by name, or a head that holds the toolkit's own lines."""
-    hits = sum(1 for hint in _HEAD_HINTS if hint in head)
+    """The toolkit's logs by name, or by the toolkit's own line frames (libnvidia-container's glog lines, the
+    runtime's logrus lines) beside its name; an error pasted in another program's output (a kubectl
+    describe, a docker run) stays that program's: the signature catalog reads the line there."""
+    hinted = any(hint in head for hint in _HEAD_HINTS)
     if _NAME_HINT.search(name):
-        return {"container_toolkit_log": 90 if hits else 70}
-    if hits >= 2 or (hits and ("level=" in head or "] initializing library context" in head)):
-        return {"container_toolkit_log": 75}
+        return {"container_toolkit_log": 90 if hinted else 70}
+    if hinted and len(_OWN_FRAMES.findall(head[:65536])) >= 2:
+        return {"container_toolkit_log": 80}
     return {}
 
 
@@ -89,10 +114,24 @@ def parse(kind: str, stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
                 event.attrs.setdefault("level", level)
             yield event
         elif level in _SEVERITY:
-            yield Event(kind="container_toolkit_error", message=framed.message.strip()[:2000], ts=framed.ts,
-                        ts_origin=framed.ts_origin, ts_raw=framed.ts_raw, ts_approx=framed.ts_approx,
-                        severity=_SEVERITY[level], line=n,
-                        attrs={"error": framed.message.strip()[:300], "level": level})
+            yield _own_line(framed, level, n)
+
+
+def _own_line(framed: Any, level: str, n: int) -> Event:
+    """A warning or error of the toolkit's own log that no signature knows: its family and cause when its
+    words name one (container_toolkit_error), else kept as text (container_toolkit_line, a catch-all)."""
+    message = framed.message.strip()
+    attrs: dict[str, Any] = {"error": message[:300], "level": level}
+    kind = "container_toolkit_line"
+    for family, words, cause in _FAMILIES:
+        if words.search(message):
+            kind = "container_toolkit_error"
+            attrs["family"] = family
+            if cause and level != "warning":
+                attrs["causes"] = [cause]
+            break
+    return Event(kind=kind, message=message[:2000], ts=framed.ts, ts_origin=framed.ts_origin, ts_raw=framed.ts_raw,
+                 ts_approx=framed.ts_approx, severity=_SEVERITY[level], line=n, attrs=attrs)
 
 
 def _frame(line: str, n: int, ctx: ParseContext, peel: Any, framed_type: Any) -> tuple[Any, str | None]:

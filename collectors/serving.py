@@ -34,11 +34,12 @@ _SNIFF = (
     ("vllm_log", re.compile(r"^(?:\(\w+ pid=\d+\) )?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
                             r"(?: \[[\w./-]+:\d+\]| [\w./-]+\.py:\d+\])", re.MULTILINE), ("vllm", "vLLM")),
     ("sglang_log", re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: (?:TP|DP|PP|EP)\d+[^\]]*)?\] ", re.MULTILINE),
-     ("sglang", "Scheduler", "TP0", "mem-fraction-static", "#running-req")),
+     ("sglang", " TP0]", "#running-req", "mem-fraction-static")),
     ("tgi_log", re.compile(r"text_generation_(?:launcher|router|server)"), ("text_generation",)),
     ("trtllm_log", re.compile(r"\[TensorRT-LLM\]|\[TRT-LLM\]"), ("TensorRT-LLM", "TRT-LLM")),
     ("triton_log", re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w.]+\.cc:\d+\]", re.MULTILINE),
-     ("tritonserver", "model_repository_manager", "Triton", "grpc_server.cc", "http_server.cc")),
+     ("tritonserver", "model_repository_manager", "model_lifecycle", "Triton", "grpc_server.cc", "http_server.cc",
+      "server_version")),
 )
 _NAME_HINT = (("vllm", "vllm_log"), ("sglang", "sglang_log"), ("text-generation", "tgi_log"), ("tgi", "tgi_log"),
               ("trtllm", "trtllm_log"), ("tensorrt_llm", "trtllm_log"), ("triton", "triton_log"))
@@ -57,7 +58,7 @@ _VERSIONS = (
 
 
 def sniff(name: str, head: str) -> dict[str, int]:
-    """An engine's log by its own line frames (a name alone is a weak hint: a 'vllm.txt' may hold anything)."""
+    """An engine's log by its own line frames; the file's name only adds to that (a 'vllm-0.prom' is metrics)."""
     scores: dict[str, int] = {}
     lowered = name.lower()
     for kind, frame, hints in _SNIFF:
@@ -67,8 +68,8 @@ def sniff(name: str, head: str) -> dict[str, int]:
         if found:
             scores[kind] = min(90, 60 + 5 * found)
     for word, kind in _NAME_HINT:
-        if word in lowered:
-            scores[kind] = max(scores.get(kind, 0), 55) + (10 if kind in scores else 0)
+        if word in lowered and kind in scores:
+            scores[kind] += 10
             break
     return {k: min(v, 95) for k, v in scores.items()}
 
