@@ -5,7 +5,7 @@ Three offline kinds: ``prom_text`` (the text exposition format, OpenMetrics incl
 ``prom_api_json`` (``/api/v1/query_range`` and ``/api/v1/query`` bodies, error bodies too) and
 ``prom_query_log`` (tool logs that print API responses, such as the GKE benchmark's PromQL log).
 Each sample becomes a SeriesPoint with its exposed name and labels plus the vocabulary label of
-:mod:`workbench.analysis.series`. A page without per-sample timestamps takes the UTC stamp in its file name
+:mod:`workbench.query.series`. A page without per-sample timestamps takes the UTC stamp in its file name
 (``pod-20261129T221500Z.prom``, the part before the stamp being the instance), else the file's
 mtime (or, for a file read at capture, the capture time), marked ``ts_origin=mtime`` /
 ``captured`` in the labels because it is approximate.

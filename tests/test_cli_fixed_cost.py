@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT, run_cli
 from workbench import cli
-from workbench.analysis.series import signals
+from workbench.query.series import signals
 from workbench.store.bundle import Bundle
 
 

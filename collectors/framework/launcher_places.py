@@ -8,7 +8,7 @@ still leave that map behind, and the NCCL log reader (collectors/nccl.py) hands 
   rank, host, pid and CUDA device (``placed_by`` ``nccl_header``); under torchrun's ``[default3]:`` the
   prefix is a local rank, turned global by the agent's rendezvous table in the same file;
 - ``srun -l`` task numbers with no host anywhere: rows without a host (``srun_label``), which
-  workbench/analysis/rank_places.py lays over the Slurm job's node list;
+  workbench/query/rank_places.py lays over the Slurm job's node list;
 - torch elastic's rendezvous table (``[default] Rendezvous complete for workers. Result:`` then
   ``group_rank=1``, ``local_ranks=[0, 1]``, ``global_ranks=[2, 3]``, …) in an agent log of a known host
   (``torchelastic``);

@@ -8,7 +8,7 @@ way Prometheus renames clashing target labels. Raw values keep their unit; :func
 turns them into seconds (latency).
 
 It lives with the parsers that tag samples (collectors/prometheus.py, collectors/metrics_csv.py);
-``workbench/analysis/series.py`` builds curves from the tagged rows with the same names.
+``workbench/query/series.py`` builds curves from the tagged rows with the same names.
 """
 
 from __future__ import annotations

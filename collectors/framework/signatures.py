@@ -92,6 +92,8 @@ class Signature:
     meaning: str = ""
     family: str = ""
     """the catalog file it comes from: a component or message class (cuda, nccl, kernel, ...)"""
+    not_alone: str = ""
+    """why this message alone does not rank its cause first (empty: it does, and a test holds it to that)"""
 
     def match(self, body: str) -> dict[str, Any] | None:
         """The attrs of a match on a line's body, or None."""
@@ -216,7 +218,8 @@ def _signature(entry: Any, where: str, family: str = "") -> Signature:
                      severity_when={k: {str(a): str(b) for a, b in v.items()} for k, v in severity_when.items()},
                      attrs=dict(entry.get("attrs") or {}), lists=lists, continues=continues,
                      types=dict(types), parsed_as=tuple(entry.get("parsed_as") or ()), samples=tuple(parsed),
-                     meaning=str(entry.get("meaning") or ""), family=family)
+                     meaning=str(entry.get("meaning") or ""), family=family,
+                     not_alone=str(entry.get("not_alone") or ""))
 
 
 @cache

@@ -26,7 +26,7 @@ from collectors import prometheus
 from collectors.base import ParseContext, SeriesPoint, Skipped
 from collectors.framework import registry
 from tests.conftest import CORPUS, corpus_index, ingest_timeline, run_cli
-from workbench.analysis import series
+from workbench.query import series
 from workbench.store.bundle import Bundle
 
 LATENCY_FILES = sorted(p for p in (CORPUS / "latency").iterdir())

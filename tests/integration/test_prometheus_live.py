@@ -2,7 +2,7 @@
 
 One capture exercises both live paths: ``--prom-server``/``--query`` (query_range over the window)
 and ``--prom`` (scraping the exporter's /metrics directly). The histogram quantile Prometheus
-computes is compared with :func:`workbench.analysis.series.histogram_quantile` on the same buckets.
+computes is compared with :func:`workbench.query.series.histogram_quantile` on the same buckets.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.integration.prometheus_server import MODEL, PrometheusServer, vllm_page
-from workbench.analysis import series
+from workbench.query import series
 from workbench.store.bundle import Bundle
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from workbench.demo.nvsmi import Gpu, page
+from workbench.prevention.drill.nvsmi import Gpu, page
 
 
 def culprit_of(nodes: int) -> int:

@@ -9,7 +9,7 @@ a few hosts have an incident half-way), then times in a fresh process each, so p
     anomaly detection    the onset scan over every curve (curves computed once beforehand, not timed)
     whole derivation     series_anomaly.derive(): signals + detection
 
-The baseline is the pure-Python code the project had before (workbench/analysis/series.py and
+The baseline is the pure-Python code the project had before (workbench/query/series.py and
 workbench/ingest/derivations/series_anomaly.py), kept below verbatim; the new code is imported from the package.
 Both must give the same curves and events: the "same" column compares them.
 
@@ -51,12 +51,12 @@ from collectors.framework.metric_vocabulary import (
     family,
     unit_scale,
 )
-from workbench.analysis import series as new_series
 from workbench.ingest.derivations import series_anomaly as new_anomaly
+from workbench.query import series as new_series
 from workbench.store.bundle import Bundle
 from workbench.table import format_table
 
-# == baseline: workbench/analysis/series.py before pandas (verbatim) ======================================
+# == baseline: workbench/query/series.py before pandas (verbatim) ======================================
 
 # -- quantiles ---------------------------------------------------------------------------------
 
@@ -746,7 +746,7 @@ def _same(old: list[list[Any]], new: list[list[Any]]) -> bool:
 
 def grouping(rows: int) -> tuple[float, float]:
     """Seconds to sum ``rows`` values per (series, scrape, bucket) with pandas' groupby and with the
-    stable sort + reduceat that workbench/analysis/series.py uses (the step where the two differ most)."""
+    stable sort + reduceat that workbench/query/series.py uses (the step where the two differ most)."""
     import pandas as pd
 
     rng = np.random.default_rng(1)

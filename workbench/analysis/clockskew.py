@@ -15,7 +15,7 @@ from statistics import median
 
 import duckdb
 
-from workbench.analysis.rank_places import rank_places
+from workbench.query.rank_places import rank_places
 
 MIN_OFFSET_S = 1.0
 """Smaller offsets are clock noise and log granularity, not skew."""

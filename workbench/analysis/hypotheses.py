@@ -33,7 +33,7 @@ import duckdb
 
 from collectors.base import normalize_pci
 from collectors.framework.hostlist import expand_hostlist as slurm_hostlist
-from workbench.analysis.rank_places import rank_places
+from workbench.query.rank_places import rank_places
 
 LOW_SCORE = 0.2
 """Below this a hypothesis is background: the engine does not call it a root cause."""

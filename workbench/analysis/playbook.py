@@ -62,6 +62,9 @@ class Check:
     suspect: float = 0.3
     params: dict[str, Any] = field(default_factory=dict)
     weight: float = 1.0
+    catalog: tuple[tuple[str, str], ...] = ()
+    """(signature id, cause) of the catalog entries whose cause this check counts: in a playbook, each
+    cause a signature names is counted by one check, the first of the cause's own layer that lists it"""
 
     def bound_params(self) -> dict[str, Any]:
         """Only the parameters the SQL names: DuckDB refuses extra ones."""
@@ -239,6 +242,7 @@ def parse_playbook(data: Any, library: dict[str, Check], symptoms_sql: str, name
         if len(set(ids)) != len(ids):
             raise PlaybookError(f"{where}: a check is listed twice")
         plans.append(LayerPlan(layer=entry["layer"], focus=_text(where, entry, "focus"), checks=tuple(resolved)))
+    plans = _home_signature_causes(plans)
     return Playbook(workload=data["workload"], title=_text(name, data, "title"), params=params,
                     stage0=_steps(f"{name}: stage0", data["stage0"]), layers=tuple(plans),
                     recover=_steps(f"{name}: recover", data["recover"]), symptoms_sql=symptoms_sql)
@@ -260,6 +264,37 @@ def checks_document() -> dict[str, Any]:
                 raise PlaybookError(f"{name}: check {cid} says layer {entry.get('layer')!r}, its file is {layer}")
             doc["checks"][cid] = entry
     return doc
+
+
+def _home_signature_causes(plans: list[LayerPlan]) -> list[LayerPlan]:
+    """Give every cause the signature catalog names to one check of the playbook: the first cause-role
+    check of the cause's own layer that lists it, else the first anywhere. A signature's ``cause:`` is
+    then evidence like a row of that check's SQL, so no check re-matches the catalog's phrases."""
+    from collectors.framework.signatures import load_signatures  # deferred: only analysis reads it
+
+    layers = {cid: entry["layer"] for cid, entry in load_causes().items()}
+    checks = [c for plan in plans for c in plan.checks if c.role == "cause"]
+    homed: dict[str, list[tuple[str, str]]] = {}
+    for sig in load_signatures():
+        if not sig.cause:
+            continue
+        own = [c for c in checks if sig.cause in c.causes]
+        home = next((c for c in own if c.layer == layers.get(sig.cause)), own[0] if own else None)
+        if home is not None:
+            homed.setdefault(home.id, []).append((sig.id, sig.cause))
+    return [replace(plan, checks=tuple(replace(c, catalog=tuple(homed.get(c.id, ()))) for c in plan.checks))
+            for plan in plans]
+
+
+_CATALOG_SQL = """
+    SELECT e.ts, e.host, e.gpu, e.rank, e.job, e.kind, e.message AS text, e.source, e.layer, e.artifact,
+           e.line, s.cause,
+           CASE e.severity WHEN 'critical' THEN 0.8 WHEN 'error' THEN 0.7 WHEN 'warning' THEN 0.45 ELSE 0.25 END
+             AS strength
+    FROM event AS e
+    JOIN (SELECT unnest($signatures) AS id, unnest($causes) AS cause) AS s ON e.attrs->>'signature' = s.id
+"""
+"""A catalog entry's lines as check rows: its cause, a strength from the severity the entry gave the line."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -385,6 +420,12 @@ def evaluate_check(con: duckdb.DuckDBPyConnection, check: Check, presence: Prese
     """Run one check; a broken query is reported as an error on the check, never raised."""
     try:
         rows, total = run_rows(con, check.sql, check.bound_params())
+        if check.catalog:
+            params = {"signatures": [sig for sig, _ in check.catalog], "causes": [cause for _, cause in check.catalog]}
+            seen = {(r["artifact"], r["line"]) for r in rows if r["line"] is not None}
+            found, found_total = run_rows(con, _CATALOG_SQL, params)
+            more = [r for r in found if (r["artifact"], r["line"]) not in seen]
+            rows, total = rows + more, total + found_total - (len(found) - len(more))
     except duckdb.Error as exc:
         return CheckResult(check=check, rows=[], total=0, verdict="no_evidence",
                            error=str(exc).splitlines()[0][:300])

@@ -10,13 +10,15 @@ one of its checks has no confirmation or override.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import duckdb
 
 from workbench.analysis.findings import Analysis, Check
-from workbench.analysis.playbook import Presence, evaluate_check, load_playbook, prepare
+from workbench.analysis.playbook import Presence, evaluate_check, load_library, load_playbook, prepare
 from workbench.errors import InputError
+from workbench.store import journal
 from workbench.store.bundle import Bundle
 from workbench.store.journal import JournalState
 
@@ -67,3 +69,13 @@ def clear_needs_reason(analysis: Analysis, state: JournalState, layer: str) -> s
 
 def _names(checks: list[Check]) -> str:
     return ", ".join(c.title for c in checks[:3]) + (f" and {len(checks) - 3} more" if len(checks) > 3 else "")
+
+
+def judge_check(bundle: Bundle, author: str, check: str, verdict: str, reason: str = "", *,
+                at: datetime | None = None) -> int:
+    """Confirm or override the engine's verdict on one check of the library, written to the journal with
+    the check's layer; an id the library does not have is refused in one line."""
+    known = load_library()[0].get(check)
+    if known is None:
+        raise InputError(f"unknown check {check!r}; see playbooks/checks/")
+    return journal.set_check_verdict(bundle, author, check, known.layer, verdict, reason, at=at)

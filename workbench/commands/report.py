@@ -5,12 +5,12 @@ HTML or JSON. The format follows -f, else the -o file's extension, else Markdown
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 from workbench.commands._args import positive_float
 from workbench.errors import UsageError
+from workbench.postmortem.output import check_output, is_duckdb, write_atomically
 from workbench.table import printable
 from workbench.timespec import parse_instant
 
@@ -128,44 +128,10 @@ def check_rules_paths(rules: str | None, test_dir: str | None) -> None:
     if not rules:
         raise UsageError("--rules-test needs --rules FILE (the test loads that rule file)")
     path = Path(rules)
-    if path.is_dir() or not path.parent.is_dir() or _is_duckdb(path):
+    if path.is_dir() or not path.parent.is_dir() or is_duckdb(path):
         raise UsageError(f"--rules {rules}: give a file name in an existing folder, not a folder or a bundle")
     if test_dir:
         folder = Path(test_dir)
         if folder.exists() and not folder.is_dir():
             raise UsageError(f"--rules-test {test_dir} is a file; give a folder")
         folder.mkdir(parents=True, exist_ok=True)
-
-
-def check_output(output: Path) -> None:
-    """A report may replace an older report, never evidence: ``-o incident.duckdb`` (the bundle, or any
-    other DuckDB file) is refused, as are a folder and a folder that does not exist."""
-    if output.is_dir():
-        raise UsageError(f"-o {output} is a folder; give a file name")
-    if not output.parent.is_dir():
-        raise UsageError(f"-o {output}: folder {output.parent} does not exist")
-    if _is_duckdb(output):
-        raise UsageError(f"-o {output} is a DuckDB file (evidence); refusing to overwrite it with a report")
-
-
-def _is_duckdb(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(12)[8:12] == b"DUCK"
-    except OSError:
-        return False
-
-
-def write_atomically(path: Path, text: str) -> bool:
-    """Write next to ``path`` and rename over it, so an interrupted run never leaves half a report.
-    True when an existing file was replaced."""
-    existed = path.exists()
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:  # name the file the user asked for, not the temporary one
-        raise OSError(exc.errno, exc.strerror, str(path)) from None
-    finally:
-        tmp.unlink(missing_ok=True)
-    return existed

@@ -19,7 +19,7 @@ import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from workbench.demo.nvsmi import Gpu, page
+from workbench.prevention.drill.nvsmi import Gpu, page
 
 TITLE = "Training job 48213 (llm-pretrain-70b) failed: GPU lost on node03"
 CULPRIT_HOST = "node03"

@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import BinaryIO
 
 from collectors.base import Event, HostFact, ParseContext, Row, Skipped
-from collectors.framework import registry
+from collectors.framework import registry, unrecognised
 from collectors.framework.signatures import STRUCTURED_KINDS
 from collectors.framework.signatures import catalog as signature_catalog
 
@@ -94,11 +94,15 @@ def artifact_rows(request: ParseRequest, stream_factory: Callable[[], BinaryIO],
                 parsed.setdefault(row.line, set()).add(row.kind)
             yield row
         summary.lines = ctx.lines_read
-    if request.kind in STRUCTURED_KINDS or (
-            not (request.unwrap and request.module is not None)
+    if request.kind in STRUCTURED_KINDS:
+        return  # structured data has no lines to recognise
+    if not (not (request.unwrap and request.module is not None)
             and getattr(registry.collector_for_kind(request.kind), "SIGNATURES_INLINE", False)):
-        return  # structured data has no lines to recognise; an inline-catalog parser saw every line
-    yield from _recognised(stream_factory, ctx, parsed, host, source_name)
+        for row in _recognised(stream_factory, ctx, parsed, host, source_name):  # an inline parser ran it
+            if isinstance(row, Event) and row.line is not None:
+                parsed.setdefault(row.line, set()).add(row.kind)
+            yield row
+    yield from _unrecognised(stream_factory, ctx, parsed, host, source_name)
 
 
 def _parser_rows(module: ModuleType, request: ParseRequest, ctx: ParseContext, stream_factory: Callable[[], BinaryIO],
@@ -142,6 +146,24 @@ def _recognised(stream_factory: Callable[[], BinaryIO], ctx: ParseContext, parse
                 yield event
     except Exception as exc:  # a catalog bug must not lose the bundle: count it, keep the raw bytes
         yield Skipped(None, f"signature error: {type(exc).__name__}: {exc}"[:200])
+
+
+def _unrecognised(stream_factory: Callable[[], BinaryIO], ctx: ParseContext, parsed: dict[int, set[str]],
+                  host: str | None, source_name: str) -> Iterator[Row]:
+    """Error-shaped lines that neither the parser nor the catalog wrote anything for, as
+    ``unrecognised_error`` events (collectors/framework/unrecognised.py): nothing unheard-of is silent."""
+    try:
+        with stream_factory() as stream:
+            if b"\x00" in stream.read(8192):
+                return
+            stream.seek(0)
+            for event in unrecognised.scan(stream, known=parsed, collector=source_name,
+                                           reference=ctx.reference_for(host), boot=ctx.boot_time_for(host)):
+                event.source = event.source or source_name
+                event.host = event.host or host
+                yield event
+    except Exception as exc:  # a scan bug must not lose the bundle: count it, keep the raw bytes
+        yield Skipped(None, f"unrecognised-line scan error: {type(exc).__name__}: {exc}"[:200])
 
 
 def _unwrapped(stream_factory: Callable[[], BinaryIO], reference: datetime | None) -> BinaryIO:

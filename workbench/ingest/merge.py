@@ -118,7 +118,8 @@ def merge_into(target: str | os.PathLike[str], inputs: list[str | os.PathLike[st
     with Bundle.open(target_path, write=True) as bundle:
         if "merged_from" not in bundle.meta():
             raise BundleError(f"{target_path} was not made by gpuwb merge; --into adds to a merged bundle")
-        bundle.take_over(_to_stderr)  # refuses a bundle changed since its last seal: the new seal would absorb it
+        # refuses a bundle changed since its last seal: the new seal would absorb it
+        bundle.take_over(_to_stderr, run_derivations)
         merger = _Merger(bundle, atomic=True)
         merger.check(paths)  # outside the transaction: DuckDB refusing a bad source would abort it
         with bundle.transaction():

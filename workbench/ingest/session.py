@@ -267,7 +267,7 @@ def ingest_paths(bundle: Bundle, paths: list[str], *, kind: str | None = None, h
     with its seal. Interrupted (Ctrl-C, SIGTERM, SIGHUP), it seals what it had committed as incomplete; when
     the bundle cannot be written (a full disk), it stops with a one-line :class:`BundleWriteError`."""
     forced = check_inputs(paths, kind)
-    bundle.take_over(notice or _to_stderr)
+    bundle.take_over(notice or _to_stderr, run_derivations)
     session = Session(bundle, boot_time=boot_time)
     bundle.mark_open()
     planned: list[tuple[int, int, Item, str, ModuleType | None, str | None]] = []

@@ -438,7 +438,7 @@ def _inference_impact(bundle: Bundle, start: datetime | None, end: datetime | No
 def _latency_curve(bundle: Bundle) -> dict[str, Any] | None:
     """The p99 latency curve a responder looks at first (end-to-end, else TTFT), in ms, worst server
     per point, with the SLO: the bundle's ``slo_p99_ms`` if set, else twice the early baseline."""
-    from workbench.analysis.series import signals
+    from workbench.query.series import signals
 
     curves = [s for s in signals(bundle.con, ["e2e_latency", "ttft"]) if s.stat == "p99" and s.points]
     if not curves:
@@ -462,7 +462,7 @@ def _latency_curve(bundle: Bundle) -> dict[str, Any] | None:
 
 def _error_count(bundle: Bundle, start: datetime | None, end: datetime | None) -> int | None:
     """Failed requests in the window: increases of failure counters, counter resets handled."""
-    from workbench.analysis.series import counter_deltas, load_rows
+    from workbench.query.series import counter_deltas, load_rows
 
     groups: dict[tuple[str | None, str], list[tuple[datetime, float]]] = {}
     for ts, host, name, labels, value in load_rows(bundle.con, ["request_failure"]):
@@ -614,6 +614,7 @@ def _evidence(bundle: Bundle, verify: bool, focus: set[str] | None = None) -> di
             "artifact_count": len(arts), "artifacts_grouped": grouped,
             "folder": folder,
             "total_size": sum(a["size"] for a in arts), "gaps": _grouped_gaps(gaps),
+            "unrecognised": query.unrecognised_groups(bundle, limit=50),
             "root_digest": bundle.root_digest(), "sealed_digest": seal["root_digest"] if seal else None,
             "sealed_at": seal["sealed_at"] if seal else None,
             "complete": bool(seal and seal["complete"]) and not interrupted,

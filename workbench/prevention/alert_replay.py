@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from workbench.analysis.series import histogram_quantile
 from workbench.capture.recorder.metrics import EVENT_LABELS as EVENT_LABELS
 from workbench.capture.recorder.metrics import METRIC, event_labels
+from workbench.query.series import histogram_quantile
 from workbench.store.bundle import Bundle
 
 STEP = timedelta(minutes=1)

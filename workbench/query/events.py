@@ -228,6 +228,21 @@ def missing_sources(bundle: Bundle) -> dict[str, list[str]]:
             if len(present) >= 2 and 2 * len(present) >= len(hosts) and hosts - present}
 
 
+def unrecognised_groups(bundle: Bundle, limit: int = 200) -> list[dict[str, Any]]:
+    """The bundle's error lines no parser or catalog entry knows (kind unrecognised_error), grouped by
+    layer, program and template, most frequent first: what the cockpit, the report's appendix and
+    ``gpuwb catalog unknown`` show as what the workbench does not know."""
+    cur = bundle.con.execute("""
+        SELECT e.layer, coalesce(e.attrs->>'program', '') AS program, e.attrs->>'template' AS template,
+               sum(coalesce(TRY_CAST(e.attrs->>'count' AS BIGINT), 1)) AS lines, count(DISTINCT e.host) AS hosts,
+               arg_min(e.message, e.id) AS example, arg_min(a.source, e.id) AS file, arg_min(e.line, e.id) AS line
+        FROM event AS e LEFT JOIN artifact AS a ON a.sha256 = e.artifact
+        WHERE e.kind = 'unrecognised_error'
+        GROUP BY ALL ORDER BY lines DESC, layer, program, template LIMIT ?""", [limit])
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
 def facets(bundle: Bundle, limit: int = 200) -> dict[str, list[tuple[Any, int]]]:
     """The values each timeline filter can take, with event counts: what the filter pickers offer."""
     out: dict[str, list[tuple[Any, int]]] = {}

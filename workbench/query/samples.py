@@ -6,7 +6,7 @@ the average: the hottest temperature, the highest power and memory, the lowest c
 (a throttle or a downtrained link shows), the highest error counters, any remap flag, every throttle
 reason seen.
 
-Serving curves (p99 TTFT, queue depth, error ratio, ...) come from :func:`workbench.analysis.series.signals`,
+Serving curves (p99 TTFT, queue depth, error ratio, ...) come from :func:`workbench.query.series.signals`,
 the same arithmetic the anomaly derivation and the report use, so a chart cannot disagree with the
 anomaly it marks; they are downsampled to ``max_points`` by keeping each bucket's extreme.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from workbench.analysis import series
+from workbench.query import series
 from workbench.query.events import time_bounds
 from workbench.store.bundle import Bundle, utc_naive
 

@@ -883,11 +883,12 @@ class Bundle:
         return [_item_line(key, change, named, "after sealing") for keys, change in (
             (state.changed, "changed"), (state.removed, "removed"), (state.added, "added")) for key in keys]
 
-    def take_over(self, notice: Callable[[str], None]) -> None:
+    def take_over(self, notice: Callable[[str], None], derive: Callable[[Bundle], object]) -> None:
         """What a writer (ingest, merge --into) does before it adds anything. A bundle that differs from its
         last seal is refused: sealing now would vouch for a change nobody here made. Artifacts an ingest that
         did not finish left unsealed (its marker is there: kill -9, a power cut, a full disk) are sealed first,
-        by a seal of their own marked incomplete and naming that ingest, and ``notice`` says so in one line."""
+        by a seal of their own marked incomplete and naming that ingest, after ``derive`` (the ingest stage's
+        derivations: the store does not know them) completed their rows; ``notice`` says so in one line."""
         if self._checked:
             return
         state = self.seal_state()
@@ -908,10 +909,8 @@ class Bundle:
                f"{marker.get('pid', '?')}, started at {marker.get('started_at', '?')}) stored "
                + ("after the last seal" if state.seal else "and never sealed")
                + "; the seal is marked incomplete and names that ingest")
-        from workbench.ingest.derive import run_derivations
-
         with self.transaction():
-            run_derivations(self)
+            derive(self)
             self.seal(complete=False, note={"sealed_for": "interrupted ingest", "ingest": marker,
                                             "artifacts": count})
 

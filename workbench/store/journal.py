@@ -135,18 +135,14 @@ def set_verdict(bundle: Bundle, author: str, layer: str, verdict: str, reason: s
     return _append(bundle, author, "verdict", layer, {"verdict": verdict, "reason": reason}, at)
 
 
-def set_check_verdict(bundle: Bundle, author: str, check: str, verdict: str, reason: str = "", *,
+def set_check_verdict(bundle: Bundle, author: str, check: str, layer: str, verdict: str, reason: str = "", *,
                       at: datetime | None = None) -> int:
-    """Confirm or override the engine's verdict on one playbook check; reviewing every check of a
-    layer is what lets a responder call the layer clear without having to say why."""
-    from workbench.analysis.playbook import load_library  # the check catalog, only when a check is judged
-
-    known = load_library()[0].get(check)
-    if known is None:
-        raise InputError(f"unknown check {check!r}; see playbooks/checks/")
+    """Confirm or override the engine's verdict on one playbook check of ``layer``; reviewing every check
+    of a layer is what lets a responder call the layer clear without having to say why. The caller has
+    the check catalog (workbench.analysis.playbook_review.judge_check): the store does not."""
     _choice(verdict, VERDICTS, "verdict")
-    return _append(bundle, author, "check_verdict", check,
-                   {"verdict": verdict, "reason": reason, "layer": known.layer}, at)
+    _choice(layer, LAYERS, "layer")
+    return _append(bundle, author, "check_verdict", check, {"verdict": verdict, "reason": reason, "layer": layer}, at)
 
 
 def mark_root_cause(bundle: Bundle, author: str, cause: str, *, host: str | None = None, gpu: str | None = None,

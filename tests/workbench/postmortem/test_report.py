@@ -13,6 +13,7 @@ from markdown_it import MarkdownIt
 
 from tests.conftest import run_cli
 from tests.workbench.postmortem.report_scenario import CAUSES, GENERATED_AT, HOSTILE, build_bundle
+from workbench.analysis import playbook_review
 from workbench.analysis.playbook import load_library
 from workbench.postmortem import report
 from workbench.store import journal
@@ -207,7 +208,7 @@ def test_a_responder_s_check_verdict_is_in_its_layer_row(scenario):
     path, analysis = scenario
     check = next(c for c in load_library()[0].values() if c.layer == "hardware")
     with Bundle.open(path, write=True) as bundle:
-        journal.set_check_verdict(bundle, "bob", check.id, "clear", "riser <b>reseated</b>")
+        playbook_review.judge_check(bundle, "bob", check.id, "clear", "riser <b>reseated</b>")
         model = report.build(bundle, analysis=analysis, causes=CAUSES, generated_at=GENERATED_AT)
     hardware = next(row for row in model["layers"] if row["layer"] == "hardware")
     assert hardware["reviews"] == [{"check": check.title, "verdict": "clear", "author": "bob",

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from workbench.analysis.playbook_review import check_rows, clear_needs_reason, unreviewed
+from workbench.analysis.playbook_review import check_rows, clear_needs_reason, judge_check, unreviewed
 from workbench.errors import InputError
 from workbench.store import journal
 from workbench.store.bundle import Bundle
@@ -42,8 +42,8 @@ def test_check_rows_refuses_a_check_outside_the_playbook(training_incident):
 
 
 def test_check_verdict_is_journaled_with_its_layer_and_the_latest_wins(bundle):
-    journal.set_check_verdict(bundle, "alice", "gpu_off_bus", "fault")
-    journal.set_check_verdict(bundle, "bob", "gpu_off_bus", "suspect", "AER only, no Xid on the spare")
+    judge_check(bundle, "alice", "gpu_off_bus", "fault")
+    judge_check(bundle, "bob", "gpu_off_bus", "suspect", "AER only, no Xid on the spare")
     st = journal.state(bundle)
     latest = st.check_verdicts["gpu_off_bus"]
     assert (latest.author, latest.body["verdict"], latest.body["layer"]) == ("bob", "suspect", "hardware")
@@ -55,7 +55,7 @@ def test_check_verdict_is_journaled_with_its_layer_and_the_latest_wins(bundle):
 def test_bad_check_verdict_is_refused_without_writing(bundle, check, verdict):
     before = len(journal.entries(bundle))
     with pytest.raises(InputError):
-        journal.set_check_verdict(bundle, "alice", check, verdict)
+        judge_check(bundle, "alice", check, verdict)
     assert len(journal.entries(bundle)) == before
 
 
@@ -66,9 +66,9 @@ def test_a_layer_is_clear_without_a_reason_only_when_every_check_was_reviewed(bu
     why = clear_needs_reason(analysis, journal.state(bundle), "network_storage")
     assert why is not None and why.startswith(f"{len(checks)} check(s)")
     for check in checks[:-1]:
-        journal.set_check_verdict(bundle, "alice", check.id, check.verdict)
+        judge_check(bundle, "alice", check.id, check.verdict)
     assert [c.id for c in unreviewed(analysis, journal.state(bundle), "network_storage")] == [checks[-1].id]
-    journal.set_check_verdict(bundle, "alice", checks[-1].id, "clear", "fabric counters flat")
+    judge_check(bundle, "alice", checks[-1].id, "clear", "fabric counters flat")
     assert clear_needs_reason(analysis, journal.state(bundle), "network_storage") is None
 
 
@@ -76,7 +76,7 @@ def test_a_layer_with_a_check_judged_faulty_is_not_clear_without_a_reason(bundle
     analysis = training_incident.analysis
     checks = analysis.checks_in("network_storage")
     for check in checks:
-        journal.set_check_verdict(bundle, "alice", check.id, check.verdict)
-    journal.set_check_verdict(bundle, "bob", checks[0].id, "suspect", "one port flapped at 09:20")
+        judge_check(bundle, "alice", check.id, check.verdict)
+    judge_check(bundle, "bob", checks[0].id, "suspect", "one port flapped at 09:20")
     why = clear_needs_reason(analysis, journal.state(bundle), "network_storage")
     assert why is not None and checks[0].title in why and "fault or suspect" in why

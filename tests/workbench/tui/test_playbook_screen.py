@@ -8,6 +8,7 @@ from datetime import datetime
 from textual.widgets import DataTable, Input, Tree
 
 from tests.workbench.tui.conftest import type_text, wait_for
+from workbench.analysis import playbook_review
 from workbench.store import journal
 from workbench.store.bundle import Bundle
 from workbench.store.shared_bundle import SharedBundle
@@ -98,7 +99,7 @@ async def test_a_layer_is_not_called_clear_while_a_check_is_unreviewed(incident)
     assert incident.analysis.layer_verdicts["network_storage"] == "clear" and len(checks) >= 2
     with Bundle.open(incident.path, write=True) as bundle:  # another responder reviewed all but the last
         for check in checks[:-1]:
-            journal.set_check_verdict(bundle, "bob", check.id, check.verdict)
+            playbook_review.judge_check(bundle, "bob", check.id, check.verdict)
     app = Cockpit(SharedBundle(incident.path, "alice"), analysis=incident.analysis)
     async with app.run_test(size=(160, 50)) as pilot:
         screen = await _playbook(app, pilot, "4")

@@ -1,7 +1,7 @@
 """Serving symptoms read off the metric curves: when latency, errors, queue, KV cache, throughput or
 traffic left their baseline.
 
-Each curve of :func:`workbench.analysis.series.signals` (p99 TTFT of one model on one host, its queue
+Each curve of :func:`workbench.query.series.signals` (p99 TTFT of one model on one host, its queue
 depth, error ratio, ...) is scanned in time order. A point is anomalous when it is far from the
 baseline of the points before it in robust units (median and MAD, z >= 5) *and* the shift is
 large in plain terms (e.g. latency +50 %, queue +5 requests): the robust score ignores the usual
@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from collectors.base import Event, to_utc
-from workbench.analysis import series
+from workbench.query import series
 
 if TYPE_CHECKING:
     import numpy as np

@@ -35,7 +35,7 @@ from typing import Any
 import duckdb
 
 from collectors.base import Event
-from workbench.analysis.rank_places import rank_places, world_size
+from workbench.query.rank_places import rank_places, world_size
 
 NAME = "stragglers"
 MAX_LISTED = 4096
@@ -100,7 +100,7 @@ def _pg(attrs: dict[str, Any]) -> str:
 
 
 class RankTopology:
-    """Rank -> host and GPU as workbench/analysis/rank_places.py places them (NCCL init lines of the world
+    """Rank -> host and GPU as workbench/query/rank_places.py places them (NCCL init lines of the world
     communicator, else launcher evidence), and the job's size."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from workbench.demo.nvsmi import Gpu, page
 from workbench.prevention.drill import lines as fmt
+from workbench.prevention.drill.nvsmi import Gpu, page
 from workbench.prevention.drill.registry import fault
 from workbench.prevention.drill.serving import Service
 from workbench.prevention.drill.training import Job

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from workbench.demo.nvsmi import Gpu, page
 from workbench.prevention.drill import lines as fmt
 from workbench.prevention.drill.incident import Drill
+from workbench.prevention.drill.nvsmi import Gpu, page
 
 WATCHDOG_S = 600
 STEP_S = 1.05

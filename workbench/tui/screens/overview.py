@@ -84,6 +84,7 @@ class OverviewScreen(CockpitScreen):
             hosts = query.hosts_seen(bundle)
             coverage = bundle.coverage()
             missing = query.missing_sources(bundle)
+            unknown = query.unrecognised_groups(bundle, limit=3)
         self._title = meta.get("title") or str(self.store.path.name)
         self._hosts = hosts
         self.query_one("#head", PlainStatic).update(Text.assemble(
@@ -93,6 +94,8 @@ class OverviewScreen(CockpitScreen):
                  for source, hosts in missing.items()]
         if not coverage:
             gaps.insert(0, "handed-over files, no capture record: what was not collected is unknown")
+        gaps += [f"{g['lines']} error line(s) no catalog entry knows ({g['program'] or g['layer']}): "
+                 f"{clip(g['example'], 60)} (gpuwb catalog unknown)" for g in unknown]
         self._gaps = gaps
 
     # -- the rest, when the analysis arrives ----------------------------------------------------

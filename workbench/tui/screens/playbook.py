@@ -27,7 +27,7 @@ from textual.widgets.tree import TreeNode
 
 from collectors.framework.vocabulary import LAYER_TITLES, LAYERS, VERDICT_MARKS
 from workbench.analysis.findings import Analysis, Check, Step
-from workbench.analysis.playbook_review import CheckRows, check_rows, clear_needs_reason, unreviewed
+from workbench.analysis.playbook_review import CheckRows, check_rows, clear_needs_reason, judge_check, unreviewed
 from workbench.store import journal
 from workbench.store.bundle import Bundle
 from workbench.tui.dialogs import (
@@ -460,7 +460,7 @@ class PlaybookScreen(CockpitScreen):
         if ref.kind == "check":
             check = next(c for c in analysis.checks if c.id == ref.key)
             self._write(f"{check.title}: {check.verdict.replace('_', ' ')} confirmed",
-                        lambda b, at: journal.set_check_verdict(b, author, check.id, check.verdict, at=at))
+                        lambda b, at: judge_check(b, author, check.id, check.verdict, at=at))
             return
         if ref.kind != "layer":
             return
@@ -485,8 +485,8 @@ class PlaybookScreen(CockpitScreen):
 
             def done(choice: VerdictChoice, reopen: Callable[[str], None]) -> None:
                 self._write(f"{check.title}: {choice.verdict.replace('_', ' ')}",
-                            lambda b, at: journal.set_check_verdict(b, author, check.id, choice.verdict, choice.reason,
-                                                                    at=at), reopen)
+                            lambda b, at: judge_check(b, author, check.id, choice.verdict, choice.reason, at=at),
+                            reopen)
 
             self.ask(lambda: VerdictDialog(f"check: {check.title}", check.verdict, current=current), done)
         elif ref.kind == "layer":

@@ -18,9 +18,9 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Markdown
 
-from workbench.commands.report import check_output, write_atomically
 from workbench.errors import GpuwbError
 from workbench.postmortem import report
+from workbench.postmortem.output import check_output, write_atomically
 from workbench.table import printable
 from workbench.tui.screens.base import CockpitScreen, Spec, one_line
 from workbench.tui.widgets import PlainStatic

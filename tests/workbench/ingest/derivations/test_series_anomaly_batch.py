@@ -10,7 +10,6 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from workbench.analysis.series import Signal
 from workbench.ingest.derivations.series_anomaly import (
     BASELINE_POINTS,
     MAD_TO_SIGMA,
@@ -20,6 +19,7 @@ from workbench.ingest.derivations.series_anomaly import (
     find_onset,
     find_onsets,
 )
+from workbench.query.series import Signal
 
 T0 = datetime(2026, 11, 29, 22, 0)
 STEP = timedelta(seconds=15)

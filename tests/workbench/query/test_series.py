@@ -11,8 +11,8 @@ import pytest
 from collectors import prometheus
 from collectors.base import ParseContext, SeriesPoint
 from collectors.framework import metric_vocabulary as vocabulary
-from workbench.analysis import series
 from workbench.ingest.session import ingest_paths
+from workbench.query import series
 from workbench.store.bundle import Bundle
 
 T0 = datetime(2026, 11, 29, 22, 0, tzinfo=timezone.utc)

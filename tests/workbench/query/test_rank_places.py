@@ -1,4 +1,4 @@
-"""workbench/analysis/rank_places.py: one place per rank from every kind of evidence, and none where they disagree."""
+"""workbench/query/rank_places.py: one place per rank from every kind of evidence, and none where they disagree."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from collectors.base import Event, GpuInventory, Row, Topology
-from workbench.analysis.rank_places import rank_places, world_size
+from workbench.query.rank_places import rank_places, world_size
 from workbench.store.bundle import Bundle
 
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collectors.base import SeriesPoint
-from workbench.analysis import series
+from workbench.query import series
 from workbench.store.bundle import Bundle
 
 T0 = datetime(2026, 11, 29, 22, 0, tzinfo=timezone.utc)
