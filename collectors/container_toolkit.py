@@ -35,7 +35,7 @@ _NAME_HINT = re.compile(r"nvidia-container-(?:toolkit|runtime|cli)|nvidia-ctk|co
 _OWN_FRAMES = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ (?:nvc\w*|driver|rpc|dxcore|jetson_\w+)\.c:\d+\]"
                          r"|^(?:time=\"[^\"]*\" level=\w+ msg=|\{\"level\":\"\w+\",\"msg\":)", re.MULTILINE)
 _HEAD_HINTS = ("nvidia-container-cli", "nvidia-container-runtime", "nvidia-ctk", "NVIDIA Container Runtime",
-               "nvidia-container-toolkit", "libnvidia-container", "cdi", "CDI")
+               "nvidia-container-toolkit", "libnvidia-container", "initializing library context", "CDI")
 _LOGRUS_TEXT = re.compile(r'time="(?P<time>[^"]*)"\s+level=(?P<level>\w+)\s+msg="(?P<msg>(?:[^"\\]|\\.)*)"')
 _LOGRUS_SHORT = re.compile(r"^(?P<level>INFO|WARN|ERRO|FATA|PANI|DEBU|TRAC)\[(?P<secs>\d+)\]\s+(?P<msg>.*)$")
 _GLOG = re.compile(r"^(?P<level>[IWEF])(?P<mm>\d\d)(?P<dd>\d\d) (?P<clock>\d\d:\d\d:\d\d(?:\.\d+)?)\s+\d+\s+"

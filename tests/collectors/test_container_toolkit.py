@@ -45,6 +45,8 @@ def _parse(text: str) -> list:
 def test_the_toolkits_logs_are_sniffed_by_name_or_by_their_own_frames() -> None:
     assert container_toolkit.sniff("nvidia-container-toolkit.log", "")["container_toolkit_log"] >= 70
     assert container_toolkit.sniff("cli.txt", CLI_DEBUG) == {"container_toolkit_log": 80}
+    healthy = "".join(CLI_DEBUG.splitlines(keepends=True)[:-1])  # a debug log without any error in it
+    assert container_toolkit.sniff("info.txt", healthy) == {"container_toolkit_log": 80}
     assert container_toolkit.sniff("runtime.txt", RUNTIME_LOG)["container_toolkit_log"] == 80
     # the same error pasted in a kubectl describe or a docker run stays that program's text
     describe = ("  Warning  Failed  10s  kubelet  Error: failed to create containerd task: failed to create shim task: "
