@@ -1,20 +1,45 @@
 """The contract every collector module shares.
 
-A collector is a module that declares what it is and offers up to three functions:
+A collector is a module (or a package) directly under ``collectors/`` that declares NAME;
+``collectors.framework.registry`` finds it, so adding a source is adding one module and touching no other.
+It declares what it is and offers up to four functions:
 
-    NAME: str                  short source name, used as the event's ``source``
+    NAME: str                  short source name, used as the event's ``source`` and by ``--only``/``--skip``
     LAYER: str                 default layer of its events (business, scheduling, gpu,
                                network_storage, hardware)
-    KINDS: tuple[str, ...]     artifact kinds it can parse
+    KINDS: tuple[str, ...]     artifact kinds it parses; no two collectors share a kind
     TIMEOUT: float             seconds its live capture may take before it is cut off; its
                                commands share it (ctx.run gives each at most what is left)
-    PRIORITY: int              parse order at ingest (lower first; host facts go first so
+    PRIORITY: int              parse order at ingest (lower first, default 50; host facts go first so
                                that boot times and years are known to later parsers)
+    TOUCHES_GPU: bool          optional, default False. True when live capture talks to the GPUs (NVML,
+                               nvidia-smi, dcgmi): on a GPU that fell off the bus such a call can hang
+                               the host, so ``gpuwb capture --safe`` skips the collector, and
+                               ``capture --list`` never dry-runs it (it must declare COMMANDS, or is
+                               listed as in-process)
+    STRUCTURED_KINDS: tuple    optional: those of its KINDS whose parser reads a structure (XML, JSON,
+                               CSV, a table of numbers), not lines of text. The signature matcher
+                               (collectors/framework/signatures.py) does not run its catalog over
+                               them, and the recorder reads a followed stream of them one document per
+                               line; every kind declared here must be in signatures.STRUCTURED_KINDS
+                               (tests/collectors/test_registry.py)
+    COMMANDS: tuple            optional: ``((command line, kind), ...)`` that live capture may run, in
+                               order. What ``gpuwb capture --list`` prints; without it the list comes
+                               from a dry run of capture that runs nothing. No two collectors may run
+                               the same command (tests/collectors/test_registry.py)
+    OPENERS: tuple             optional, for tools whose outputs get pasted together: the line openers
+                               of collectors.framework.text_blocks, in the order they are tried
 
     def capture(ctx: CaptureContext) -> Iterator[Artifact]        optional: live host
     def sniff(name: str, head: str) -> dict[str, int]             kind -> confidence 0..100
     def parse(kind: str, stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]
     def add_capture_arguments(parser) -> None                     optional CLI options
+
+``sniff`` sees a file's name and first 64 KiB and scores only its own tool's output: a file is parsed by
+the collector that scores it highest, so one that also scores another's files takes them silently.
+tests/collectors/test_registry.py therefore requires every evidence file of tests/corpus and
+tests/collectors/fixtures to be claimed (score > 0) by exactly one collector, or the overlap declared.
+``parse`` never raises on bad input: a line it cannot use is a Skipped row (counted, with a reason).
 
 Collectors never open the bundle: they yield raw artifacts and rows, and the framework
 stores them, so provenance (argv, exit code, duration, truncation) is recorded uniformly.

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any, BinaryIO
 
+from collectors._k8s_messages import eviction_attrs, scheduling_attrs
 from collectors.base import (
     MONTHS,
     Artifact,
@@ -68,8 +69,6 @@ _CONTAINER_IN_MSG = re.compile(rf"(?:(?:[Cc]reated|[Ss]tarted|[Ss]topping|[Kk]il
                                rf"container {_NAME}(?=[\s,.:;]|$)|"
                                rf"\bContainer {_NAME} (?:was|failed|definition|exceeded|is))")
 _INSUFFICIENT = re.compile(r"[Ii]nsufficient ([\w./-]+)")
-_EVICT_DETAIL = re.compile(r"low on resource: (?P<res>[\w./-]+)\.?(?: .*?Container (?P<c>\S+) was using "
-                           r"(?P<use>\S+?), (?:which )?exceeds its request of (?P<req>[^.\s]+))?")
 _XID = re.compile(r"\bXid(?:=|:\s*|\s+)(?P<xid>\d+)")
 _UUID = re.compile(r"\b(GPU-[0-9a-fA-F]{8}-[0-9a-fA-F-]{27,})")
 _EXIT = re.compile(r"[Ee]xit ?[Cc]ode[=: ]+(\d+)")
@@ -82,8 +81,13 @@ _SYSLOG = re.compile(r"^(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2})\s+(?P<clock>\d
 _RFC3339_SYSLOG = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s+(?P<host>\S+)\s+"
                              r"(?P<prog>[\w./-]+?)(?:\[\d+\])?:\s*(?P<msg>.*)$")
 _LOGFMT = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
+_NO_FIT = re.compile(r'"Unable to schedule pod; no fit; waiting".*?\berr="((?:[^"\\]|\\.)*)"')
+_EVENT_OCCURRED = re.compile(r'"Event occurred".*?\breason="(\w+)"')
+_NPD_STATUS = re.compile(r"New status generated: &\{Source:(?P<source>[\w-]+) Events:\[\{Severity:\w+ "
+                         r"Timestamp:.*? Reason:(?P<reason>\w+) Message:(?P<message>.*?)\}")
 _AGENTS = ("kubelet", "containerd", "dockerd", "crio", "k3s", "k3s-agent", "rke2", "nvidia-device-plugin",
-           "nvidia-container-runtime", "nvidia-container-toolkit", "gpu-operator", "gpu-feature-discovery")
+           "nvidia-container-runtime", "nvidia-container-toolkit", "gpu-operator", "gpu-feature-discovery",
+           "node-problem-detector", "kube-scheduler")
 
 _TABLE_WORDS = ("LAST SEEN", "FIRST SEEN", "NOMINATED NODE", "READINESS GATES", "LASTSEEN", "FIRSTSEEN",
                 "SUBOBJECTPATH", "NAMESPACE", "SUBOBJECT", "RESTARTS", "MESSAGE", "VERSION", "REASON", "OBJECT",
@@ -331,9 +335,10 @@ def _event(reason: str, message: str, *, ts: datetime | None, origin: str = "iso
     lacking = sorted(set(_INSUFFICIENT.findall(message)))
     if lacking:
         found["insufficient"] = [r.rstrip(".,") for r in lacking]
-    if reason == "Evicted" and (m := _EVICT_DETAIL.search(message)) is not None:
-        found.update(resource=m.group("res").rstrip("."), container=m.group("c"), usage=m.group("use"),
-                     request=m.group("req"))
+    if reason in ("Evicted", "Evicting", "EvictionThresholdMet") or "low on resource" in message:
+        found.update(eviction_attrs(message))
+    if "nodes are available" in message:
+        found.update(scheduling_attrs(message))
     if (m := _XID.search(message)) is not None:
         found["xid"] = int(m.group("xid"))
     if (m := _UUID.search(message)) is not None:
@@ -533,9 +538,10 @@ class _TextParser:
             yield from self._flush_container()
             return
         if self.table is not None:
-            if re.fullmatch(r"[-\s]+", line) and self.table["starts"][0] >= 0:
-                self.table["starts"] = [m.start() for m in re.finditer(r"-+", line)]
-                return
+            if re.fullmatch(r"[-\s]+", line):
+                if self.table["starts"][0] >= 0:
+                    self.table["starts"] = [m.start() for m in re.finditer(r"-+", line)]
+                return  # a tab-separated table's ruler only underlines it
             row = None
             if self.table["starts"] and self.table["starts"][0] < 0 and "\t" in line:
                 row = self._tab_row(line)
@@ -586,7 +592,7 @@ class _TextParser:
         """Old kubectl separated columns by tabs; an empty SubobjectPath collapses into its neighbours' tabs."""
         assert self.table is not None
         cols: list[str] = self.table["cols"]
-        values = re.split(r"\t+", line.strip())
+        values = [v.strip() for v in re.split(r"\t+", line.strip())]
         if len(values) == len(cols) - 1:
             gap = next((i for i, c in enumerate(cols) if c in ("SUBOBJECTPATH", "SUBOBJECT")), None)
             if gap is None:
@@ -832,6 +838,21 @@ class _TextParser:
         common = {"component": component, "object": f"Pod/{pod.group(1).split('/')[1]}" if pod else None,
                   "namespace": pod.group(1).split("/")[0] if pod else None,
                   "container": container.group(1) if container else None, "node": host}
+        if (ev := _EVENT_OCCURRED.search(msg)) is not None:
+            # client-go's event recorder logs every event it sends (kubelet, scheduler, controllers)
+            logged = dict((key, value.strip('"').replace('\\"', '"')) for key, value in _LOGFMT.findall(msg))
+            obj = logged.get("object", "")
+            return _event(logged.get("reason") or ev.group(1), logged.get("message", ""), ts=None, line=n,
+                          component=component, type=logged.get("type"), node=host,
+                          object=f"{logged.get('kind', 'Pod')}/{obj.split('/')[-1]}" if obj else None,
+                          namespace=obj.split("/")[0] if "/" in obj else None)
+        if (npd := _NPD_STATUS.search(msg)) is not None:
+            # node-problem-detector's "New status generated": its problem reason and the matched line
+            return _event(npd.group("reason"), npd.group("message"), ts=None, line=n, component="node-problem-detector",
+                          node=host, which=npd.group("source"))
+        if (sched := _NO_FIT.search(msg)) is not None:
+            # kube-scheduler's own log of a pod it could not place: the FailedScheduling message is err="..."
+            return _event("FailedScheduling", sched.group(1).replace('\\"', '"'), ts=None, line=n, **common)
         if re.search(r"XidCriticalError|\bXid[=: ]", both):
             return _event("XidCriticalError", msg, ts=None, line=n, **common)
         if re.search(r"device marked unhealthy|marking device \S+ as unhealthy|device \S+ is unhealthy", both, re.I):
@@ -839,8 +860,9 @@ class _TextParser:
             return _event("DeviceUnhealthy", msg, ts=None, line=n, resource=res.group(1) if res else None, **common)
         rules = (("CrashLoopBackOff", r"CrashLoopBackOff"), ("BackOff", r"[Bb]ack-off restarting failed container"),
                  ("Unhealthy", r"Probe failed|probe failed"), ("SystemOOM", r"System OOM encountered"),
-                 ("OOMKilled", r"OOMKilled"), ("Evicted", r"[Ee]vict(?:ed|ing) pod|pods? evicted"),
-                 ("EvictionThresholdMet", r"[Ee]viction manager: attempting to reclaim"),
+                 ("OOMKilled", r"OOMKilled"),
+                 ("Evicted", r"[Ee]vict(?:ed|ing) pod|pods? evicted|pod is evicted successfully"),
+                 ("EvictionThresholdMet", r"[Ee]viction manager: "),
                  ("Killing", r"Killing container with a grace period|Killing unwanted pod"),
                  ("NodeNotReady", r"Node became not ready|NodeNotReady"), ("FailedScheduling", r"FailedScheduling"))
         for reason, pattern in rules:

@@ -34,6 +34,7 @@ from collectors.base import MAX_LINE_BYTES, Artifact, CaptureContext, Event, Par
 from collectors.framework.kernel_lines import (
     CONTAINER_INTERFACES,
     ERROR_WORDS,
+    NV_BARE,
     STAMPED,
     Classifier,
     Prefix,
@@ -257,7 +258,17 @@ KEYWORDS = (b"NVRM", b"SXid", b"AER:", b"PCIe Bus Error", b"DPC: containment", b
             b"link is not ready", b"link becomes ready", b"link status definitely", b"Releasing backup",
             b"Releasing active", b"without any active interface", b"infiniband", b"rdma_rxe", b"mlx5_",
             b"NETDEV WATCHDOG", b"Port module event", b": server ", b"Lustre", b"LNet", b"segfault",
-            b"protection fault", b"nvidia", b"I/O error", b"Linux version", b"fabricmanager", b"Driver/library")
+            b"protection fault", b"nvidia", b"I/O error", b"Linux version", b"fabricmanager", b"Driver/library",
+            b"blocked for more than", b"Remounting filesystem", b"fs error (device",
+            b"Disk failure on", b"beyond end of", b"no available path", b"reset controller",
+            b"timeout, aborting", b"Disabling device after", b"hutting down filesystem", b"Corruption detected",
+            b"Corruption of in-memory", b"BTRFS error", b"mmfs", b"file-max limit", b"Lock reclaim failed",
+            b"insufficient power", b"health compromised", b"health_try_recover", b"Port: ",
+            b"Oops: ", b"kernel BUG at", b"NULL pointer dereference", b"unable to handle",
+            b"Device isn't ready", b"Reset indication", b"Admin queue is closed",
+            b"Wait for completion (polling)", b"Kill process", b"Abort status: ", b"controller is down",
+            b"after probe failure", b"Device not ready", b"Detected IO errors", b"blocks, I/O Error",
+            b"has been shut down", *(w.encode() for w in NV_BARE))
 """Literals a line must hold to be looked at by the per-line parser; every handler of
 collectors/framework/kernel_lines.py is reachable through at least one of them."""
 NARROWED = (b"mlx5_", b"nvidia", b"link becomes ready", b"link is not ready")
@@ -374,7 +385,7 @@ class _Parser:
                 line += 1
             self.ctx.lines_read = line - 1
         self.ctx.lines_read = line - 1
-        yield from self.classifier.flush()
+        yield from self.classifier.finish()
 
     def _block(self, block: _Block, first_line: int) -> Iterator[Row]:
         """Rows of one block; returns (through StopIteration) how many newlines it holds."""

@@ -317,7 +317,57 @@ def net_details(text: str) -> dict[str, Any]:
     return attrs
 
 
+_MEANINGS = frozenset({"nccl_setup_error", "nccl_shm_error", "nccl_alloc_failed", "nccl_nvls_error"})
+"""Kinds of NCCL's own signatures that say what a message means even where the words alone would read
+as a network or CUDA error (no interface found, /dev/shm full, Failed to CUDA calloc, NVLS bind)."""
+
+
+@cache
+def _own_catalog() -> tuple[Any, Any]:
+    """NCCL's own signatures (collectors/catalog/signatures/nccl.yaml but the bare WARN and the interface
+    list), built once, as two matchers: the messages with anchors of their own (setup, /dev/shm, NVLS, IB
+    completions), and the families any WARN may belong to (topology, invalid usage, internal: anchored on
+    ``NCCL WARN`` itself), tried only on a WARN the words left plain."""
+    from collectors.framework.signatures import Matcher, load_signatures
+
+    own = [s for s in load_signatures() if s.family == "nccl" and s.kind not in ("nccl_warn", "nccl_net_interfaces")]
+    return (Matcher(tuple(s for s in own if "NCCL WARN" not in s.anchors)),
+            Matcher(tuple(s for s in own if "NCCL WARN" in s.anchors)))
+
+
+def _meaning(msg: str, finding: Finding) -> Finding:
+    """The finding of a WARN message as NCCL's catalog reads it: a setup mistake, /dev/shm, an
+    allocation or NVLS failure becomes its own kind and cause; a message the words read as a network or
+    CUDA error keeps that kind and takes the signature's cause; a plain WARN takes the family's kind."""
+    specific, families = _own_catalog()
+    found = specific.match(msg)
+    if found is None and finding.kind == "nccl_warn":
+        found = families.match(f"NCCL WARN {msg}")
+    if found is None:
+        return finding
+    sig, attrs = found
+    if sig.kind in _MEANINGS or finding.kind == "nccl_warn":
+        severity = "critical" if finding.severity == "critical" else sig.severity
+        return Finding(sig.kind, severity, {**attrs, "text": msg.strip()[:500]}, layer=sig.layer)
+    if sig.kind == finding.kind:
+        for key, value in attrs.items():
+            finding.attrs.setdefault(key, value)
+    return finding
+
+
 def _nccl_warn(msg: str, level: str) -> Finding:
+    return _meaning(msg, _nccl_warn_words(msg, level))
+
+
+def meaning_of(message: str) -> Finding | None:
+    """What an NCCL message quoted by another program (PyTorch's ``Last error:``, nccl-tests' ``'... / last
+    error'``) means when it says more than its result code: a setup, /dev/shm, allocation or NVLS failure,
+    or a CUDA error; None when it says no more than the code."""
+    said = _nccl_warn(message, "WARN")
+    return said if said.kind in _MEANINGS or said.kind == "cuda_error" else None
+
+
+def _nccl_warn_words(msg: str, level: str) -> Finding:
     severity = "critical" if level == "ABORT" else "error"
     if m := _CUDA_FAILURE.search(msg):
         text = m.group("text")
@@ -537,10 +587,8 @@ class _Reader:
                 out.local_rank = int(g["lrank"])
             elif g["mrank"] is not None:
                 out.mpi_rank = int(g["mrank"])
-                out.rank = out.rank if out.rank is not None else out.mpi_rank
             elif g["srun"] is not None:
                 out.task = int(g["srun"])
-                out.rank = out.rank if out.rank is not None else out.task
             elif g["shost"]:
                 out.host = g["shost"]
             src = g["bfile"] or g["gfile"] or g["lfile"] or g["hffile"]
@@ -549,6 +597,10 @@ class _Reader:
             if out.stamp is None:
                 out.stamp = self._stamp_from(g, out.host)
         out.rest = text[pos:]
+        if out.rank is None and out.local_rank is None:
+            # srun's task / mpirun's rank is the global rank only when the launcher started the ranks
+            # itself; over torchrun ('0: [default3]:') it numbers the node's agent, not a rank
+            out.rank = out.mpi_rank if out.mpi_rank is not None else out.task
         return out
 
     def _stamp_from(self, g: dict[str, str | None], host: str | None) -> _Stamp | None:
@@ -595,7 +647,7 @@ class _Reader:
             return
         text = raw[:_MAX_TEXT].decode("utf-8", "replace").rstrip("\r")
         pre = self._prefix(text)
-        self.places.prefix(pre.rank, pre.task)
+        self.places.prefix(pre.rank, pre.task, pre.local_rank)
         if pre.stamp is not None:
             if pre.stamp.origin == "iso" and (self.ctx.host or "") not in self.learned:
                 self.learned.add(self.ctx.host or "")
@@ -840,6 +892,14 @@ class _Reader:
                pid: int | None = None, tid: int | None = None, dev: int | None = None,
                neighbour: _Stamp | None = None) -> Event | None:
         attrs = finding.attrs
+        if isinstance(attrs.get("last_error"), str) and finding.kind in ("nccl_net_error", "nccl_error", "cuda_error"):
+            # PyTorch's "Last error:" is the WARN NCCL printed: it means what the bare WARN means
+            said = meaning_of(attrs["last_error"])
+            if said is not None:
+                finding.kind, finding.layer = said.kind, said.layer
+                for key, value in said.attrs.items():
+                    if key != "text":
+                        attrs.setdefault(key, value)
         if finding.kind == "nccl_net_error" and "last_error" in attrs:
             cause = net_details(attrs["last_error"])
             if "error" in cause and "error" in attrs:

@@ -9,6 +9,13 @@ when above 0), out_of_bounds_ok, nranks, hosts (from ``#  Rank  0 Group  0 Pid 8
 device  0 [0x18] NVIDIA H100 80GB HBM3``), gpus (model names), nccl_library (``nccl-library=23102``).
 The event sits on the file's host, else on the only host the ranks ran on. Several runs pasted into
 one file are several events. The output has no clock: the event takes the file's capture time.
+
+A run that failed prints ``gpu-node-1: Test NCCL failure common.cu:958 'unhandled system error (run with
+NCCL_DEBUG=INFO for details) / <NCCL's last error>'`` (or ``Test CUDA failure common.cu:732 'out of
+memory'``), then `` .. gpu-node-1 pid 123: Test failure common.cu:891`` up its call stack: one event per
+failure, of the kind NCCL's result names (nccl_error, nccl_net_error, cuda_error), or of the kind and
+cause NCCL's last error names (collectors.nccl.meaning_of: no interface, /dev/shm full, ...), with the
+``Test failure`` lines as its chain.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from collectors.base import Event, ParseContext, Row, Skipped
+from collectors.framework import torch_dist
 
 NAME = "nccl_tests"
 LAYER = "network_storage"
@@ -35,6 +43,10 @@ _ROW_OLD = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(?=\d)(.*)$")
 """Before nccl-tests 2.10 there was no root column (``1048576  262144  float  sum  1626.5 ...``)."""
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([\d.]+)")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?", re.IGNORECASE)
+_NCCL_FAIL = re.compile(r"^(?:(?P<host>[\w.\-]+): )?Test NCCL failure (?P<where>\S+:\d+) '(?P<error>.*?)"
+                        r"(?: / (?P<last>.*))?'\s*$")
+_CUDA_FAIL = re.compile(r"^(?:(?P<host>[\w.\-]+): )?Test CUDA failure (?P<where>\S+:\d+) '(?P<error>.*)'\s*$")
+_CHAIN = re.compile(r"^\s*\.\. (?P<host>[\w.\-]+) pid (?P<pid>\d+): Test failure (?P<where>\S+:\d+)")
 _LAUNCHER = re.compile(r"^\[\d+(?:,\d+)?\]<?\w*>?:?\s?|^\[\d+\]\s*")
 """A launcher's rank prefix (``[0]``, ``[1,0]<stdout>:``) in front of each line."""
 
@@ -53,8 +65,27 @@ def sniff(name: str, head: str) -> dict[str, int]:
 
 def parse(kind: str, stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
     run = _Run()
+    failure: Event | None = None
     for n, raw in ctx.lines(stream):
         line = _LAUNCHER.sub("", raw)
+        if "failure" in line:
+            if m := _CHAIN.match(line):
+                if failure is None:
+                    yield Skipped(n, "nccl-tests failure chain without its Test NCCL/CUDA failure line")
+                else:
+                    failure.attrs.setdefault("pid", int(m.group("pid")))
+                    chain = failure.attrs.setdefault("chain", [])
+                    if len(chain) < 16:
+                        chain.append(m.group("where"))
+                continue
+            if (m := _NCCL_FAIL.match(line)) or (m := _CUDA_FAIL.match(line)):
+                if failure is not None:
+                    yield failure
+                failure = _failure(m, n, ctx)
+                continue
+        if failure is not None:
+            yield failure
+            failure = None
         if m := _START.match(line):
             if run.rows or run.avg is not None:
                 yield from run.events(ctx)
@@ -81,7 +112,38 @@ def parse(kind: str, stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
                 yield Skipped(n, "nccl-tests row without bandwidth columns")
         elif line.strip() and not line.lstrip().startswith("#"):
             yield Skipped(n, "not nccl-tests output")
+    if failure is not None:
+        yield failure
     yield from run.events(ctx)
+
+
+def _failure(m: re.Match[str], n: int, ctx: ParseContext) -> Event:
+    """The event of a ``Test NCCL failure`` / ``Test CUDA failure`` line: the kind NCCL's result names,
+    or the kind and cause its last error names, as NCCL's own WARN would have said it."""
+    from collectors.nccl import meaning_of  # deferred: the NCCL collector's catalog is only needed here
+
+    error, last = m.group("error").strip(), (m.groupdict().get("last") or "").strip()
+    if m.re is _CUDA_FAIL:
+        kind, layer = "cuda_error", "gpu"
+        attrs: dict[str, Any] = {"error": error, "where": m.group("where")}
+        if "out of memory" in error.lower():
+            attrs["oom"] = True
+    else:
+        code = torch_dist.nccl_result_from_text(error)
+        kind = "nccl_net_error" if code is None or code in torch_dist.NETWORK_RESULTS else "nccl_error"
+        layer = "network_storage" if kind == "nccl_net_error" else "gpu"
+        attrs = {"error": error, "where": m.group("where"), "nccl_result": code,
+                 "nccl_error": torch_dist.NCCL_RESULTS.get(code) if code is not None else None}
+        if last:
+            attrs["last_error"] = last
+            if (said := meaning_of(last)) is not None:
+                kind, layer = said.kind, said.layer or layer
+                attrs.update({k: v for k, v in said.attrs.items() if k != "text"})
+    when, origin = ctx.snapshot_time()
+    return Event(kind=kind, ts=when, ts_origin=origin if when else "none",
+                 ts_approx=when is not None and origin != "captured", host=ctx.host or m.group("host"),
+                 source=NAME, layer=layer, severity="error", line=n, message=m.group(0).strip()[:2000],
+                 attrs={k: v for k, v in attrs.items() if v is not None})
 
 
 class _Run:

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any, BinaryIO
 
+from collectors._slurm_messages import daemon_message, reason_class
 from collectors.base import (
     MONTHS,
     Artifact,
@@ -119,7 +120,9 @@ _PROGRAM_PREFIX = re.compile(r"^(?P<prog>slurmstepd|srun|salloc|sbatch|slurmd|sl
 _DATE_LINE = re.compile(r"^(?:[A-Z][a-z]{2}\s+)?([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d\d:\d\d:\d\d)\s+(?:[A-Z]{2,5}\s+)?"
                         r"(\d{4})$")
 _ANSIBLE = re.compile(r'^\s*"((?:[^"\\]|\\.)*)",?\s*$')
-_PROMPT = re.compile(r"^\s*(?:\[[^\]]*\]|\S+@\S+:?\S*)\s*[$#]\s*(?P<cmd>\S+)")
+_PROMPT = re.compile(r"^\s*(?:\[[^\]]*\]|\S+@\S+:?\S*)\s*[$#]\s*(?P<cmd>\S+)|"
+                     r"^\s*~?[$#]\s*(?:sacct|squeue|sinfo|scontrol|sacctmgr|seff|sstat|sreport)\b")
+"""A shell prompt before a pasted command, ``[user@host ~]$ sacct``, or a bare ``$ sacct -j 42``."""
 _KV_START = re.compile(r"^\s*[A-Za-z][\w/:.]*=")
 _KV_SPLIT = re.compile(r"(?:^|\s)([A-Za-z][\w/:.]*)=")
 _REASON_TAIL = re.compile(r"^(?P<reason>.*?)\s*\[(?P<user>[^@\]]+)@(?P<ts>[^\]]+)\]\s*$")
@@ -154,6 +157,9 @@ _NODE_FAILURE = re.compile(r"Node failure on (?P<node>\S+)")
 _BASH_KILLED = re.compile(r"^(?P<script>\S+): line \d+:\s+(?P<pid>\d+) (?P<sig>Killed|Terminated|Aborted|Bus error|"
                           r"Segmentation fault|Floating point exception|Illegal instruction|Hangup|Quit|"
                           r"User defined signal [12])(?: +\(core dumped\))?\s*(?P<cmd>.*)$")
+_SINFO_R_ROW = re.compile(r"^(?P<reason>\S.*?)\s+(?P<user>[a-z_][\w.-]*(?:\(\d+\))?)\s+"
+                          r"(?P<timestamp>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\s+(?P<nodelist>[\w.\[\],-]+)$")
+"""A ``sinfo -R`` row (REASON USER TIMESTAMP NODELIST) whose header was not pasted with it."""
 _SPOOL_JOB = re.compile(r"job0*(\d+)/slurm_script")
 # One cheap test before the specific patterns below: most daemon log lines report none of these.
 _WORTH_A_LOOK = re.compile(r"JobId=|[Nn]ode|\*\*\*|oom|memory limit|task|Terminating|aborted|line \d+:|^Job ID:|"
@@ -171,6 +177,7 @@ _HEADER_WORDS = {
     "WORKDIR", "CLUSTERNODES", "DURATION", "EVENT", "EVENTRAW", "STATERAW", "ROOT", "SHARE", "GROUPS", "SOCKETS",
     "CORES", "THREADS", "TRES", "ALLOCTRES", "REQTRES", "RESERVATION", "COMMENT", "EXIT_CODE", "NODE", "STEPID",
     "DEPENDENCY", "PENDING_TIME", "TIME_LEFT", "END_TIME", "WCKEY", "CONSTRAINTS", "ARRAY_JOB_ID", "MIN_CPUS",
+    "TOTALCPU", "MAXVMSIZE", "NCPUS", "AVERSS", "AVECPU", "USERCPU", "ALLOCGRES",
 }
 _SLACK_COLUMNS = ("reason", "nodelist(reason)")
 _ALIASES = {"job_id": "jobid", "jobidraw": "jobidraw", "name": "jobname", "st": "state", "time": "elapsed",
@@ -329,7 +336,10 @@ def sniff(name: str, head: str) -> dict[str, int]:
         if header:
             cols = header[0]
             if "jobid" in cols:
-                scores.setdefault("sacct" if "|" in line or "exitcode" in cols else "squeue", 85)
+                # only sacct rules its header with dashes, and only it has accounting columns
+                ruled = re.fullmatch(r"-+(?: +-+)+", lines[min(lines.index(line) + 1, len(lines) - 1)])
+                sacct = "|" in line or ruled or bool(_SACCT_ONLY & set(cols))
+                scores.setdefault("sacct" if sacct else "squeue", 85)
             elif "start" in cols and "nodelist" in cols and "|" in line:
                 scores.setdefault("sacctmgr_event", 85)
             else:
@@ -353,6 +363,8 @@ _SLURM_WORDS = re.compile(r"JobId=|slurmstepd|slurm_script|srun: |_job_complete|
 _SLURM_WORD_ANCHORS = ("JobId=", "slurmstepd", "slurm_script", "srun: ", "_job_complete", "update_node", "sched: ",
                        "*** JOB ", "*** STEP ", "kill event", "State: ")
 """A text in every _SLURM_WORDS match: a head with none of them has no slurm words, found without a search per line."""
+_SACCT_ONLY = {"exitcode", "alloccpus", "maxrss", "totalcpu", "jobidraw", "derivedexitcode", "reqmem", "alloctres",
+               "maxvmsize", "averss", "ncpus", "elapsedraw"}
 _HEADER_CELLS = sorted({*(k for k, v in _ALIASES.items() if v in ("jobid", "nodelist")), "jobid", "nodelist"})
 _HEADER_KEY = re.compile(r"[\s|](?:" + "|".join(map(re.escape, _HEADER_CELLS)) + r")(?![^\s|])")
 """A column _header_columns needs (one named jobid or nodelist), as a whole cell of the lower-cased lines, each
@@ -541,6 +553,8 @@ def job_events(job: str | None, state_text: str | None, *, line: int | None = No
 def _job_event(job: str | None, state: str, when: datetime | None, attrs: dict[str, Any], approx: bool, origin: str,
                host: str | None, nodes: str | None, line: int | None) -> Event:
     attrs = {k: v for k, v in attrs.items() if v not in (None, [], "")}
+    if state == "PENDING" and (waits := reason_class(attrs.get("reason"))) is not None:
+        attrs["reason_class"] = waits
     label = f"job {job or '?'}" + (f" ({attrs['name']})" if attrs.get("name") else "")
     detail = f" exit {attrs['exit_code']}:{attrs.get('signal') or 0}" if "exit_code" in attrs else ""
     if "exit_code" not in attrs and attrs.get("signal"):
@@ -792,7 +806,9 @@ class _TextParser:
         stripped = line.strip()
         if not stripped or stripped == "---":
             self.table = None
-            yield from self._flush_record()
+            if not (self.record and not stripped):
+                # a record stays open over a blank line: scontrol 24.05 prints one before a node's Reason=
+                yield from self._flush_record()
             return
         if self.record and (line[:1].isspace() and _KV_START.match(line)):
             self.record.append((n, stripped))
@@ -930,6 +946,8 @@ class _TextParser:
         fields = [_ALIASES.get(f.lower(), f.lower()) for f in SACCT_FIELDS.split(",")]
         if self.kind == "sacct" and abs(len(values) - len(fields)) <= 1 and re.match(r"^\d", values[0]):
             return self._row_events(n, dict(zip(fields, values)))
+        if self.kind == "sinfo" and (m := _SINFO_R_ROW.match(line)) is not None:
+            return self._row_events(n, m.groupdict())
         return None
 
     def _row_events(self, n: int, row: dict[str, str]) -> list[Row]:
@@ -1011,7 +1029,8 @@ class _TextParser:
         if prog:
             msg, step = prog.group("msg"), step or prog.group("step")
             host = host or prog.group("host")
-        events = self._log_message(n, msg, step, host, prog.group("prog") if prog else None)
+        daemon = m.group("prog") if m is not None and "prog" in m.groupdict() else None
+        events = self._log_message(n, msg, step, host, prog.group("prog") if prog else None, daemon)
         if ts is None:
             return events
         raw = line[:m.end(1)].strip("[]") if m is not None and m.lastindex else line[:32]
@@ -1043,8 +1062,30 @@ class _TextParser:
             yield event
 
     def _log_message(self, n: int, msg: str, step: str | None, host: str | None,
-                     prog: str | None) -> list[Event] | None:
+                     prog: str | None, daemon: str | None = None) -> list[Event] | None:
         """One Slurm message -> its events; None when it is not one this parser knows."""
+        events = self._known_message(n, msg, step, host, prog)
+        if events or (found := daemon_message(msg)) is None:
+            return events
+        kind, attrs = found
+        if step and "step" not in attrs:
+            attrs.update(step=step, job=step.split(".")[0])
+        node = attrs.get("node") or host
+        if kind == "node_problem" and node:
+            event = node_event(node, None, reason=attrs["reason"], line=n)
+            if event is not None:
+                event.attrs["error"] = attrs["error"]
+                return [event]
+        attrs["daemon"] = prog or daemon or ("slurmstepd" if step else None)
+        return [Event(kind="slurm_node_problem" if kind == "node_problem" else kind,
+                      message=f"{attrs['daemon'] or 'slurm'} {attrs['level']}: "
+                      f"{attrs['error'][:300]}", host=host, job=attrs.get("job"),
+                      severity="critical" if attrs["level"] == "fatal" else "error",
+                      attrs={k: v for k, v in attrs.items() if v is not None}, line=n)]
+
+    def _known_message(self, n: int, msg: str, step: str | None, host: str | None,
+                       prog: str | None) -> list[Event] | None:
+        """The messages of jobs, steps and nodes this parser reads; None for a line it does not know."""
         if not _WORTH_A_LOOK.search(msg):
             return [] if prog is not None or step is not None else None
         msg = re.sub(r"^(?:error|debug\d?|info|verbose|fatal|warning):\s*", "", msg)

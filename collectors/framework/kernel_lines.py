@@ -213,8 +213,10 @@ _RECOVERY = re.compile(r"GPU recovery action changed from (?P<old>0x[0-9a-fA-F]+
                        r"(?P<new>0x[0-9a-fA-F]+ \([^)]*\))")
 _CONTAINED = re.compile(r"(?P<what>Contained|Uncontained): (?P<unit>.+?)\. RST: (?P<rst>Yes|No)"
                         r"(?:, D-RST: (?P<drst>Yes|No))?")
-_NVLINK5 = re.compile(r"(?P<unit>[A-Z][A-Z0-9_]*) (?P<sev>Fatal|Nonfatal|Non-fatal) (?P<xc>XC\d+) (?P<inj>i\d+) "
-                      r"Link (?P<link>-?\d+) \((?P<regs>0x[0-9a-fA-F]+(?:\s+0x[0-9a-fA-F]+)*)\)")
+_NVLINK5 = re.compile(r"(?P<unit>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Nonfatal|Non-fatal)\s+(?P<xc>XC\d+)\s+"
+                      r"(?P<inj>i\d+)\s+"
+                      r"Link\s+(?P<link>-?\d+)\s+\((?P<regs>0x[0-9a-fA-F]+(?:\s+0x[0-9a-fA-F]+)*)\)")
+"""r560+ pads the fields to columns (``NETIR_LINK_EVT  Fatal   XC0 i0 Link 01``), earlier drivers print one space."""
 _NVLINK74 = re.compile(r"NVLink: (?P<what>[\w-]+ )?error detected on link (?P<link>\d+)\s*\((?P<regs>[^)]*)\)")
 _LINKNO = re.compile(r"\blink (\d+)\b", re.IGNORECASE)
 _HEXWORDS = re.compile(r"^[0-9a-fA-F]{8}(?:\s+[0-9a-fA-F]{8})+\s*$")
@@ -224,7 +226,10 @@ _GR = re.compile(r"Graphics (?P<what>.+?) Exception on \(GPC (?P<gpc>\d+), TPC (
                  r"(?P<exc>.+)")
 _GPU_AT = re.compile(rf"NVRM: GPU at (?:PCI:)?(?P<pci>{PCI}): (?P<uuid>GPU-[0-9a-fA-F-]+)")
 _SERIAL = re.compile(r"NVRM: GPU Board Serial Number: ?(?P<serial>\S*)")
-_FOB_ONE = re.compile(rf"NVRM: GPU (?:at )?(?:PCI:)?(?P<pci>{PCI}):? (?:GPU )?has fallen off the bus")
+_FOB_ONE = re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?"
+                      r"(?P<pci>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?):? "
+                      r"(?:GPU )?has fallen off the bus")
+"""Older drivers name the GPU without its PCI domain (``NVRM: GPU 18:00.0: GPU has fallen off the bus.``)."""
 _FOB_HEAD = re.compile(rf"NVRM: The NVIDIA GPU (?P<pci>{PCI})"
                        r"(?:.*?\(PCI ID: (?P<pciid>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\))?")
 _DRIVER = re.compile(r"NVRM: loading NVIDIA UNIX (?:(?P<open>Open )|[\w-]+ )?Kernel Module(?: for \S+)?\s+"
@@ -232,6 +237,40 @@ _DRIVER = re.compile(r"NVRM: loading NVIDIA UNIX (?:(?P<open>Open )|[\w-]+ )?Ker
 """The open module says ``Open Kernel Module for x86_64  570.158.01``, the proprietary one
 ``x86_64 Kernel Module  535.104.05``."""
 _HEARTBEAT = re.compile(r"Heartbeat timed out,.*?diff (?P<diff>\d+) timeout (?P<timeout>\d+)")
+_NVRM_FUNC = re.compile(r"NVRM: (?:GPU\d+ )?(\w+): ")
+_DRIVER_FAMILIES = (
+    ("driver_platform_error", re.compile(
+        r"\bdsi\b|dsi_|panel|\bclk|clock|\bDT\b|dt node|device tree|gpio|\bi2c|bpmp|powergate|devfreq|thermal|"
+        r"cooling|hdacodec|mipi|dpaux|\bniso\b|\biso\b|\bicc|reset_control|\bSOC\b|Tegra|display|UPHY|OF node|\bof_|"
+        r"SMMU|RSDP|ACPI|_PR3|\bDSM\b|WMMX|nvif|backlight|\bdcb\b|Tcpc2disp|MRQ_|nv_imp|window-head-mask|"
+        r"memory-region|power-domains|framebuffer|platform (?:device|driver)|SRAT|Hypervisor|libspdm|PBI",
+        re.IGNORECASE)),
+    ("driver_client_error", re.compile(
+        r"ioctl|copy (?:in|out)|invalid context|mmap|dma-buf|dma_buf|dma attachment|nv_buf|minor|excluded|unbind|"
+        r"\bp2p|Userspace|VM: |open\(\)|non-existent GPU|structure size|sg->|unimplemented|Import arguments|"
+        r"atomic or interrupt context|procfs|proc data|nv-caps|IMEX|semaphore|mutex|spinlock|rwlock|"
+        r"won't map|unsupported mode|can't (?:map|unmap)|file private|UUID cache|Wrong input|invalid path",
+        re.IGNORECASE)),
+    ("driver_memory_error", re.compile(
+        r"alloc|leak|memory|bytes|\bpages?\b|vmap|NUMA|onlining|memblock|\bcache\b|stack|mlock|pfn|page table|"
+        r"translate address|size mismatch", re.IGNORECASE)),
+    ("driver_device_error", re.compile(
+        r"probe|init|regist|\bPCI|PCIe|\bBAR|IRQ|\bMSI|interrupt|\bFLR\b|remov|bound to|legacy GPU|\bVF\b|IOMMU|SVA|"
+        r"request_mem_region|pci_enable_device|chrdev|cdev|No NVIDIA|None of the NVIDIA|conflicting|another driver|"
+        r"ownership|audio driver|BIOS|Plug & Play|\bPAT\b|notifier|Device start|currently unavailable|"
+        r"use this GPU|rm_init|hotplug|[Pp]atch|timer|queue|module parameter|Persistence|GPUs found|token|"
+        r"firewall|DpAux|Minor device|PM %s|System Power Management|power management|suspend|resume",
+        re.IGNORECASE)),
+)
+"""The NVIDIA kernel module's own messages (kernel-open/nvidia), by what they are about: the SoC platform
+(Tegra display, clocks, device tree, ACPI), a client's call (ioctl, mmap, dma-buf, /proc, capabilities), the
+driver's memory, or setting up, resetting and removing a GPU (probe, PCI resources, IRQ/MSI, BAR, FLR). The
+first family that matches names the line; collectors/catalog/harvest/nvidia_driver.yaml holds the messages."""
+_HEX_WORD = re.compile(r"\b0x[0-9a-fA-F]{16}\b")
+NV_BARE = ("nv-caps", "dma_buf", "nv_buf", "libspdm", "DSI panel", "DSI Panel", "Dsi panel", "DP UPHY",
+           "SOC interrupt", "display irq", "dpaux irq", "hdacodec irq", "Tcpc2disp", "dcb array", "dcb blob",
+           "UnbindLock", "GPU UUID cache", "get backlight", "MRQ_EMC", "nv_imp_", "icc_put", "icc_set_bw")
+"""Literals of the NVIDIA module's messages that it prints without an ``NVRM:`` prefix."""
 _ANY_PCI = re.compile(rf"(?:PCI:|\b)(?P<pci>{PCI})\b")
 _GPU_INDEX = re.compile(r"\bGPU(\d{1,2})\b")
 ERROR_WORDS = r"error|fail|timeout|timed out|halt|exception|fault|fallen|lost|unable|invalid|not responding"
@@ -267,15 +306,20 @@ _EDAC = re.compile(r"EDAC (?P<mc>[\w-]+)(?: MC\d+)?: (?P<count>\d+) (?P<type>CE|
 _OOM_INVOKED = re.compile(r"^(?P<proc>.+?) invoked oom-killer: (?P<rest>.*)")
 _OOM_INFO = re.compile(r"oom-kill:(?P<kv>.*)")
 _OOM_KILLED = re.compile(r"(?:(?P<scope>Memory cgroup out of memory|Out of memory[^:]*):\s*)?"
-                         r"Killed process (?P<pid>\d+) "
+                         r"Kill(?:ed)? process (?P<pid>\d+),? (?:UID (?P<uid>\d+), )?"
                          r"\((?P<proc>[^)]*)\)(?P<rest>.*)")
+"""Kernels before 4.x say ``Killed process 123, UID 48, (httpd)`` or ``Kill process 123 (httpd) score 0 or
+sacrifice child``."""
 _KV_KB = re.compile(r"(total-vm|anon-rss|file-rss|shmem-rss|pgtables):(\d+)kB")
-_HUNG = re.compile(r"INFO: task (?P<proc>.+?):(?P<pid>\d+) blocked for more than (?P<secs>\d+) seconds")
+_HUNG = re.compile(r"(?:INFO: )?task (?P<proc>.+?):(?P<pid>\d+) blocked for more than (?P<secs>\d+) seconds")
 _SOFT_LOCKUP = re.compile(r"BUG: soft lockup - CPU#(?P<cpu>\d+) stuck for (?P<secs>\d+)s! "
                           r"\[(?P<proc>.+?):(?P<pid>\d+)\]")
 _HARD_LOCKUP = re.compile(r"(?:Watchdog detected|NMI watchdog:) hard LOCKUP on cpu (?P<cpu>\d+)")
 _RCU = re.compile(r"rcu: INFO: (?P<flavor>rcu_\w+) (?:self-)?detected stalls?")
 _PANIC = re.compile(r"Kernel panic - not syncing: (?P<why>.*)")
+_OOPS = re.compile(r"BUG: (?P<why>unable to handle (?:kernel )?(?:NULL pointer dereference|paging request|page fault)"
+                   r"[^\n]*|kernel NULL pointer dereference[^\n]*)|kernel BUG at (?P<at>\S+)|"
+                   r"Oops: (?P<code>[0-9a-fx]+)")
 _MLX_LINK = re.compile(rf"(?P<drv>[\w-]+) (?P<pci>{PCI}) (?P<ifc>[\w.@-]+): Link (?P<st>up|down)\b")
 _NIC_LINK = re.compile(rf"(?:(?P<drv>[\w-]+) (?P<pci>{PCI}) )?(?P<ifc>[\w.@-]+):? NIC Link is (?P<st>Up|Down)\b"
                        r"(?P<rest>.*)")
@@ -286,10 +330,59 @@ _BOND_RELEASE = re.compile(r"(?P<bond>bond[\w.-]*)(?: \(unregistering\))?: Relea
                            r"(?P<ifc>[\w.@-]+)")
 _BOND_NONE = re.compile(r"(?P<bond>bond[\w.-]*): now running without any active interface")
 _IB_PORT = re.compile(r"infiniband (?P<dev>[\w.-]+): set (?P<st>active|down)")
-_MODULE = re.compile(rf"(?P<drv>[\w-]+) (?P<pci>{PCI}): Port module event(?:\[error\])?: module (?P<module>\d+), "
+_MODULE = re.compile(rf"(?:(?P<drv>[\w-]+) (?P<pci>{PCI}): )?(?:\w+:\d+:\(pid \d+\): )?Port module event"
+                     r"(?:\[(?P<level>\w+)\])?(?::|\s+-)\s*(?:module (?P<module>\d+)[,:]\s*)?"
                      r"(?P<status>[^,\n]+)(?:, (?P<detail>.*))?")
-_WATCHDOG = re.compile(r"NETDEV WATCHDOG: (?P<ifc>[\w.@-]+) \((?P<drv>[^)]+)\): "
-                       r"transmit queue (?P<queue>\d+) timed out")
+"""mlx5's module events, with or without the device prefix (``mlx5_port_module_event:1131:(pid 0): Port module
+event[error]: module 0, Cable error, High Temperature``)."""
+_WATCHDOG = re.compile(rf"(?:NETDEV WATCHDOG: (?P<ifc>[\w.@-]+) \((?P<drv>[^)]+)\):|"
+                       rf"(?P<drv2>[\w-]+) (?P<pci>{PCI}) (?P<ifc2>[\w.@-]+): NETDEV WATCHDOG:(?: CPU: \d+:)?) "
+                       r"transmit (?:queue (?P<queue>\d+) )?timed out")
+"""Both orders: linux 6.8 (and 6.6.47, 6.1.107) moved the driver and device before ``NETDEV WATCHDOG``; old
+kernels print no queue number."""
+_PORT_LINK = re.compile(rf"(?P<drv>[\w-]+) (?P<pci>{PCI}) (?P<ifc>[\w.@-]+): Port: (?P<port>\d+) Link "
+                        r"(?P<st>DOWN|UP|ACTIVE|INIT)\b")
+"""mlx5 IPoIB ports (``mlx5_core 0000:3b:00.0 ib0: Port: 1 Link DOWN``)."""
+_NIC_HEALTH = re.compile(
+    r"(?P<what>health_try_recover|print_health_info|Health issue observed|health compromised|health poll failed|"
+    r"unrecoverable hardware error|Will cause a leak of a command resource|insufficient power on the PCIe slot|"
+    r"ACCESS_REG\b.*?failed|TX timeout detected|RX timeout on channel|"
+    r"cmd_work_handler.*?timeout|wait_func.*?timeout|firmware version mismatch|FW pages|"
+    r"Detected insufficient power|PCI power is not sufficient|Timeout (?:reading|waiting) [^,]*|"
+    r"Wait for completion \(polling\) timeout|didn't send any completion for admin cmd|Admin queue is closed|"
+    r"Failed to (?:process|submit) command|Reset indication didn't turn (?:on|off)|Device isn't ready)", re.IGNORECASE)
+"""The mlx5 driver's device-health messages (firmware health poller, command interface, slot power): the
+NIC itself is failing or misconfigured, not one RDMA operation."""
+_NIC_WHO = re.compile(rf"\b(?:(?P<drv>mlx5_core|mlx5_ib|mlx4_core|bnxt_en|ice|efa|ena|mlx5_\w+)(?: (?P<pci>{PCI}))?|"
+                      r"infiniband (?P<ibdev>(?:rdmap|efa_)\w+))\b")
+"""The NIC a device-health message is about: the driver's own prefix, or the RDMA device an AWS EFA adapter
+registered (``infiniband rdmap16s27:``)."""
+_NVME = re.compile(r"nvme (?P<dev>nvme\d+): (?P<what>I/O (?:tag )?\d+ .*?timeout, (?:aborting|reset controller)|"
+                   r"Disabling device after reset failure|controller is down; will reset|"
+                   r"Device not ready; aborting (?:reset|initialisation)|Removing after probe failure|"
+                   r"frozen state error detected, reset controller|Abort status: 0x\w+)")
+"""NVMe controller failures; ``I/O ... timeout, completion polled`` is none (the command completed, its interrupt
+was late)."""
+_NVME_CMD = re.compile(r"(?P<dev>nvme\d+n\d+): (?P<what>[\w /]+?\(0x[0-9a-fA-F]+\) @ LBA \d+, \d+ blocks?, "
+                       r"(?P<status>[^(\n]+?) \(sct (?P<sct>0x[0-9a-fA-F]+) / sc (?P<sc>0x[0-9a-fA-F]+)\))")
+"""A failed NVMe command as linux 5.19+ logs it (``nvme0n1: I/O Cmd(0x2) @ LBA 1336320, 32 blocks, I/O Error
+(sct 0x3 / sc 0x71)``)."""
+_NVME_PATH = re.compile(r"block (?P<dev>nvme\w+): no available path - failing I/O")
+_MD_FAIL = re.compile(r"md/(?P<level>raid\d*|linear|multipath):?(?P<dev>md\w*): Disk failure on (?P<disk>[\w-]+)"
+                      r"(?:,| detected)")
+_BEYOND = re.compile(r"attempt to access beyond end of device")
+_FS_ERR = re.compile(r"(?P<fs>EXT[234]-fs|XFS|BTRFS|JBD2|F2FS-fs|NILFS|reiserfs)(?P<sev> error| critical| warning)?"
+                     r"(?: \(device (?P<dev>[\w.-]+)\)| \((?P<dev2>[\w.-]+)\))?:?\s*(?P<what>.*)")
+_FS_BAD = re.compile(r"Remounting filesystem read-only|I/O error while writing superblock|metadata I/O error|"
+                     r"Corruption (?:of in-memory data|detected)|[Ss]hutting down filesystem|Log I/O Error|"
+                     r"error \(device|Detected aborted journal|log I/O error|unable to read|bad extent|"
+                     r"checksum|journal commit I/O error|previous I/O error to superblock|failed to|"
+                     r"corrupt|errors=remount-ro.*?triggered|IO errors|has been shut down")
+_GPFS = re.compile(r"(?P<tag>mmfs|mmfsd|GPFS)(?:\[\d+\])?: (?P<text>.*)")
+_NFS_MISC = re.compile(r"(?:nfs4_reclaim_open_state: Lock reclaim failed|NFS: state manager: [^\n]*failed|"
+                       r"nfs: RPC call returned error \d+|NFS: nfs4_discover_server_trunking unhandled error -?\d+|"
+                       r"NFS: [^\n]*?(?:error|failed)[^\n]*)")
+_FILE_MAX = re.compile(r"VFS: file-max limit (?P<limit>\d+) reached")
 _RDMA_ERR = re.compile(rf"(?P<who>(?:mlx5_\w+|rdma_\w+|infiniband [\w-]+|ib_\w+)(?: (?P<pci>{PCI}))?):? (?P<rest>.*)")
 _NFS = re.compile(r"(?P<svc>nfs|NFS|lockd): server (?P<server>\S+) (?P<state>not responding|OK)(?:, (?P<how>[\w ]+))?")
 _LUSTRE = re.compile(r"(?P<tag>LustreError|Lustre|LNetError|LNet): (?:\d+:\d+:\((?P<src>\S*?)\)\s)?(?P<text>.*)")
@@ -299,7 +392,7 @@ _LUSTRE_RC = re.compile(r"rc = (-?\d+)")
 _LUSTRE_TARGET = re.compile(r"\b([\w-]+-(?:MDT|OST|MGS|MGT)[0-9a-fA-F]*)")
 _LNET_TX = re.compile(r"Timed out tx for (?P<nid>\S+): (?P<secs>\d+) seconds")
 _IO_ERROR = re.compile(r"(?:I/O error,? (?:on )?dev(?:ice)? |Buffer I/O error on dev(?:ice)? )(?P<dev>[\w-]+)")
-_SEGFAULT = re.compile(r"^(?:traps: )?(?P<proc>.+?)\[(?P<pid>\d+)\]:? "
+_SEGFAULT = re.compile(r"^(?:traps: )?(?:(?P<proc>.+?)\[(?P<pid>\d+)\]:? )?"
                        r"(?P<what>segfault|general protection fault|trap [^ ]+)"
                        r"(?: at (?P<addr>[0-9a-fA-F]+))?.*?\bip[: ](?P<ip>[0-9a-fA-F]+)(?:.*?\berror[: ](?P<err>\w+))?"
                        r"(?:.*? in (?P<lib>[^\[\s]+))?")
@@ -311,6 +404,9 @@ _GPU_LIBS = ("nccl", "cuda", "cudnn", "cublas", "nvidia", "libnv", "torch", "tri
 _STORAGE_TRACE = ("nfs", "rpc_", "io_schedule", "ext4", "xfs", "jbd2", "lustre", "ptlrpc", "blk_", "filemap",
                   "wait_on_page", "fsync", "folio_wait")
 _GPU_TRACE = ("[nvidia", "nvidia_", "nv_", "_nv0", "uvm_")
+_STORAGE_WORDS = ("I/O error", "nvme", "md/", "-fs", "XFS", "BTRFS", "JBD2", "Remounting filesystem",
+                  "beyond end of device", "superblock")
+"""Literals one of which every block-device or file-system message of _storage holds."""
 
 _pci = lru_cache(maxsize=4096)(normalize_pci)
 """normalize_pci, once per distinct spelling: a log names the same few devices on every line."""
@@ -364,6 +460,8 @@ class Classifier:
         self.ghes: dict[str, Any] = {}
         self.last_xid: tuple[str | None, int] | None = None
         self.kernel_seen = False
+        self.last_oops = -10
+        self.oom_summary: Event | None = None
 
     # -- helpers ----------------------------------------------------------------------------
     def _event(self, rec: Record, kind: str, layer: str, level: str, gpu: str | None = None,
@@ -373,6 +471,11 @@ class Classifier:
                      ts_approx=rec.stamp.approx, ts_raw=rec.stamp.raw, host=rec.host, layer=layer,
                      severity=level, gpu=gpu, attrs={k: v for k, v in attrs.items() if v is not None},
                      line=rec.line)
+
+    def finish(self) -> Iterator[Row]:
+        """At the end of the log: every row still held back."""
+        yield from self.flush()
+        yield from self._unkilled()
 
     def flush(self) -> Iterator[Row]:
         """Rows held back for a following line that never came."""
@@ -395,11 +498,12 @@ class Classifier:
             yield from self._pcie(rec)
         elif "EDAC" in msg or "temperature above threshold" in msg:
             yield from self._mce(rec)
-        elif "oom" in msg or "Killed process" in msg:
+        elif "oom" in msg or "Killed process" in msg or "Kill process" in msg:
             yield from self._oom(rec)
-        elif "INFO: " in msg or "BUG: " in msg or "LOCKUP" in msg or "Kernel panic" in msg:
+        elif ("INFO: " in msg or "BUG" in msg or "LOCKUP" in msg or "Kernel panic" in msg or "blocked for more" in msg
+              or "Oops: " in msg):
             yield from self._stall(rec)
-        elif ": server " in msg:
+        elif ": server " in msg or "NFS" in msg or "nfs4_" in msg:
             yield from self._nfs(rec)
         elif "Lustre" in msg or "LNet" in msg:
             yield from self._lustre(rec)
@@ -407,10 +511,18 @@ class Classifier:
             yield from self._segfault(rec)
         elif "nvidia" in msg:
             yield from self._nvidia_module(rec)
+        elif any(t in msg for t in NV_BARE):
+            if family := _driver_family(msg):
+                yield self._event(rec, family, "gpu", "error", text=msg.strip()[:200])
         elif "Linux version" in msg:
             yield from self._boot(rec)
-        elif "I/O error" in msg:
-            yield from self._io_error(rec)
+        elif any(t in msg for t in _STORAGE_WORDS):
+            yield from self._storage(rec)
+        elif "mmfs" in msg or "GPFS" in msg:
+            yield from self._gpfs(rec)
+        elif "VFS: file-max" in msg:
+            if m := _FILE_MAX.search(msg):
+                yield self._event(rec, "file_table_full", "scheduling", "error", limit=int(m.group("limit")))
         else:
             yield from self._network(rec)
 
@@ -456,6 +568,16 @@ class Classifier:
             return
         pci_match = _ANY_PCI.search(msg)
         gpu = _pci(pci_match.group("pci")) if pci_match else None
+        if ("NVLink" in msg or "nvlink" in msg) and _ERRORISH.search(msg):
+            link = _LINKNO.search(msg)
+            yield self._event(rec, "nvlink_error", "hardware", "error", gpu=gpu, source="driver",
+                              link=int(link.group(1)) if link else None,
+                              func=fm.group(1) if (fm := _NVRM_FUNC.search(msg)) else None)
+            return
+        if family := _driver_family(msg):
+            yield self._event(rec, family, "gpu", "warning" if "warn" in (rec.level or "") else "error", gpu=gpu,
+                              pci=gpu, text=msg[msg.find("NVRM:") + 6:].strip()[:200])
+            return
         index = _GPU_INDEX.search(msg)
         crash = "crash dump" in msg
         severity = "warning" if crash or _ERRORISH.search(msg) else "info"
@@ -673,6 +795,7 @@ class Classifier:
     def _oom(self, rec: Record) -> Iterator[Row]:
         msg = rec.message
         if m := _OOM_INVOKED.search(msg):
+            yield from self._unkilled()
             proc = m.group("proc").strip()
             self.oom_invoker = proc
             kv = dict(re.findall(r"(\w+)=([^,\s]+)", m.group("rest")))
@@ -681,17 +804,21 @@ class Classifier:
                               oom_score_adj=_int(kv.get("oom_score_adj")))
             return
         if m := _OOM_KILLED.search(msg):
-            sizes = {k.replace("-", "_") + "_kb": int(v) for k, v in _KV_KB.findall(m.group("rest"))}
             pid = int(m.group("pid"))
+            if self.oom_summary is not None and self.oom_summary.attrs.get("pid") != pid:
+                yield from self._unkilled()  # the summary was of another kill, whose own line is missing
+            self.oom_summary = None
+            sizes = {k.replace("-", "_") + "_kb": int(v) for k, v in _KV_KB.findall(m.group("rest"))}
             info = self.oom_info if self.oom_info.get("pid") in (None, pid) else {}
-            uid = re.search(r"UID:(\d+)", m.group("rest"))
+            uid = re.search(r"UID:(\d+)", m.group("rest")) or (m if m.group("uid") else None)
             adj = re.search(r"oom_score_adj:(-?\d+)", m.group("rest"))
             constraint = info.get("constraint")
             if constraint is None and m.group("scope") and m.group("scope").startswith("Memory cgroup"):
                 constraint = "CONSTRAINT_MEMCG"
             yield self._event(rec, "oom_kill", "scheduling", "error", pid=pid, process=m.group("proc"),
                               constraint=constraint, cgroup=info.get("task_memcg"), oom_cgroup=info.get("oom_memcg"),
-                              global_oom=info.get("global_oom"), uid=int(uid.group(1)) if uid else info.get("uid"),
+                              global_oom=info.get("global_oom"),
+                              uid=int(uid.group("uid") if uid is m else uid.group(1)) if uid else info.get("uid"),
                               oom_score_adj=int(adj.group(1)) if adj else None, invoker=self.oom_invoker,
                               causes=["host_oom_kill"], **sizes)
             self.oom_info = {}
@@ -706,7 +833,21 @@ class Classifier:
             for key in ("pid", "uid"):
                 if km := re.search(rf"(?:^|,){key}=(\d+)", kv):
                     info[key] = int(km.group(1))
+            yield from self._unkilled()
             self.oom_info = info
+            if info.get("pid") is not None:
+                # held until the kill line: a cut or rate-limited log may have none, and then this is the kill
+                self.oom_summary = self._event(rec, "oom_kill", "scheduling", "error", pid=info["pid"],
+                                               process=info.get("task"), constraint=info.get("constraint"),
+                                               cgroup=info.get("task_memcg"), oom_cgroup=info.get("oom_memcg"),
+                                               global_oom=info["global_oom"], uid=info.get("uid"),
+                                               invoker=self.oom_invoker, causes=["host_oom_kill"])
+
+    def _unkilled(self) -> Iterator[Row]:
+        """The held oom-kill summary whose ``Killed process`` line never came (a new OOM began, or the log ended)."""
+        if self.oom_summary is not None:
+            held, self.oom_summary = self.oom_summary, None
+            yield held
 
     def _stall(self, rec: Record) -> Iterator[Row]:
         msg = rec.message
@@ -725,11 +866,20 @@ class Classifier:
             yield self._event(rec, "rcu_stall", "hardware", "error", flavor=m.group("flavor"))
         elif m := _PANIC.search(msg):
             yield self._event(rec, "kernel_panic", "hardware", "critical", reason=m.group("why").strip())
+        elif m := _OOPS.search(msg):
+            last, self.last_oops = self.last_oops, rec.line
+            if rec.line - last <= 8:  # "BUG: unable to handle ..." then "Oops: 0002 [#1]": one oops
+                return
+            gpu = bool(re.search(r"\[nvidia|nvidia_|_nv\d|uvm_", rec.following()[:1500]))
+            yield self._event(rec, "kernel_oops", "gpu" if gpu else "hardware", "critical",
+                              reason=(m.group("why") or m.group("at") or f"Oops {m.group('code')}").strip())
 
     # -- storage and network ----------------------------------------------------------------------
     def _nfs(self, rec: Record) -> Iterator[Row]:
         m = _NFS.search(rec.message)
         if not m:
+            if om := _NFS_MISC.search(rec.message):
+                yield self._event(rec, "nfs_error", "network_storage", "error", what=om.group(0).strip())
             return
         down = m.group("state") == "not responding"
         yield self._event(rec, "nfs_not_responding" if down else "nfs_ok", "network_storage",
@@ -764,9 +914,46 @@ class Classifier:
         elif re.search(r"Connection restored|recovery complete", text, re.I):
             yield self._event(rec, "lustre_recovered", "network_storage", "info", **common)
 
-    def _io_error(self, rec: Record) -> Iterator[Row]:
-        if m := _IO_ERROR.search(rec.message):
-            yield self._event(rec, "io_error", "network_storage", "error", device=m.group("dev"))
+    def _storage(self, rec: Record) -> Iterator[Row]:
+        """Block devices (the block layer, NVMe, md RAID), then file systems: a device error first, since a
+        file system names the device it failed on (``EXT4-fs (dm-0): I/O error while writing superblock``)."""
+        msg = rec.message
+        if "nvme" in msg and (m := _NVME.search(msg)):
+            what = m.group("what").strip()
+            level = "critical" if what.startswith(("Disabling", "Removing", "Device not ready")) else "error"
+            yield self._event(rec, "io_error", "network_storage", level, device=m.group("dev"), subsystem="nvme",
+                              what=what)
+        elif " @ LBA " in msg and (m := _NVME_CMD.search(msg)):
+            yield self._event(rec, "io_error", "network_storage", "error", device=m.group("dev"), subsystem="nvme",
+                              what=m.group("what"))
+        elif "no available path" in msg and (m := _NVME_PATH.search(msg)):
+            yield self._event(rec, "io_error", "network_storage", "critical", device=m.group("dev"),
+                              subsystem="nvme", what="no available path")
+        elif "Disk failure" in msg and (m := _MD_FAIL.search(msg)):
+            yield self._event(rec, "io_error", "network_storage", "critical", device=m.group("disk"),
+                              subsystem="md", array=m.group("dev"), raid_level=m.group("level"),
+                              what="disk failure")
+        elif (fm := _FS_ERR.search(msg)) and (fm.group("sev") in (" error", " critical")
+                                              or _FS_BAD.search(fm.group("what") or "")):
+            dev = fm.group("dev") or fm.group("dev2")
+            what = fm.group("what").strip()
+            level = "critical" if "read-only" in what or "hutting down" in what else "error"
+            yield self._event(rec, "filesystem_error", "network_storage", level, filesystem=fm.group("fs"),
+                              device=dev, what=what[:200])
+        elif m := _IO_ERROR.search(msg):
+            yield self._event(rec, "io_error", "network_storage", "error", device=m.group("dev"), subsystem="block")
+        elif _BEYOND.search(msg):
+            yield self._event(rec, "io_error", "network_storage", "error", subsystem="block",
+                              what="access beyond end of device")
+        elif "Remounting filesystem read-only" in msg or "I/O error while writing superblock" in msg:
+            yield self._event(rec, "filesystem_error", "network_storage", "critical", what=msg.strip()[:200])
+
+    def _gpfs(self, rec: Record) -> Iterator[Row]:
+        """IBM Storage Scale (GPFS) daemon lines in the kernel log: ``[E]`` errors, expels, lost quorum."""
+        m = _GPFS.search(rec.message)
+        if m and (m.group("text").startswith(("[E]", "[X]")) or _ERRORISH.search(m.group("text"))
+                  or re.search(r"expel|quorum|unmount", m.group("text"), re.I)):
+            yield self._event(rec, "gpfs_error", "network_storage", "error", text=m.group("text").strip()[:200])
 
     def _network(self, rec: Record) -> Iterator[Row]:
         """Each pattern is tried only when a literal it cannot match without is in the line: most
@@ -793,15 +980,26 @@ class Classifier:
             yield from self._link(rec, False, device=m.group("bond"), port=None, reason="no active interface")
         elif "infiniband " in msg and (m := _IB_PORT.search(msg)):
             yield from self._link(rec, m.group("st") == "active", device=m.group("dev"), port=m.group("dev"))
-        elif ": Port module event" in msg and (m := _MODULE.search(msg)):
+        elif "Port module event" in msg and (m := _MODULE.search(msg)):
             status = m.group("status").strip()
             bad = not re.match(r"Cable plugged", status)
+            module = m.group("module")
             yield self._event(rec, "port_module_event", "network_storage", "warning" if bad else "info",
                               device=_pci(m.group("pci")), driver=m.group("drv"),
-                              module=int(m.group("module")), status=status, detail=m.group("detail"))
+                              module=int(module) if module else None, status=status, detail=m.group("detail"),
+                              high_temperature=True if re.search("high temperature", msg, re.I) else None)
         elif "NETDEV WATCHDOG: " in msg and (m := _WATCHDOG.search(msg)):
-            yield self._event(rec, "nic_tx_timeout", "network_storage", "error", device=m.group("ifc"),
-                              driver=m.group("drv"), queue=int(m.group("queue")))
+            queue = m.group("queue")
+            yield self._event(rec, "nic_tx_timeout", "network_storage", "error",
+                              device=m.group("ifc") or m.group("ifc2"),
+                              driver=m.group("drv") or m.group("drv2"), pci=_pci(m.group("pci")),
+                              queue=int(queue) if queue else None)
+        elif "Port: " in msg and (m := _PORT_LINK.search(msg)):
+            yield from self._link(rec, m.group("st") in ("UP", "ACTIVE"), device=m.group("ifc"), port=m.group("port"),
+                                  pci=_pci(m.group("pci")), driver=m.group("drv"))
+        elif (m := _NIC_HEALTH.search(msg)) and (who := _NIC_WHO.search(msg)):
+            yield self._event(rec, "nic_device_error", "network_storage", "error", driver=who.group("drv") or "efa",
+                              pci=_pci(who.group("pci")), device=who.group("ibdev"), what=m.group("what"))
         elif _ERRORISH.search(msg) and (m := _RDMA_ERR.search(msg)) and _ERRORISH.search(m.group("rest")):
             who = m.group("who")
             device = who.split()[-1] if who.startswith("infiniband") else who.split()[0]
@@ -823,8 +1021,12 @@ class Classifier:
             return
         lib = m.group("lib")
         gpu_lib = bool(lib) and any(t in lib.lower() for t in _GPU_LIBS)
-        yield self._event(rec, "segfault", "gpu" if gpu_lib else "business", "error", pid=int(m.group("pid")),
-                          process=m.group("proc").strip(), type=m.group("what"), address=m.group("addr"),
+        if not m.group("pid") and "segfault at" not in rec.message:
+            return
+        yield self._event(rec, "segfault", "gpu" if gpu_lib else "business", "error",
+                          pid=int(m.group("pid")) if m.group("pid") else None,
+                          process=(m.group("proc") or "").strip() or None, type=m.group("what"),
+                          address=m.group("addr"),
                           ip=m.group("ip"), error=m.group("err"), lib=lib)
 
     def _nvidia_module(self, rec: Record) -> Iterator[Row]:
@@ -843,6 +1045,18 @@ class Classifier:
                 self.kernel_seen = True
                 yield HostFact("kernel", m.group("ver"), host=rec.host)
             yield self._event(rec, "boot", "hardware", "info", kernel=m.group("ver"))
+
+
+def _driver_family(msg: str) -> str | None:
+    """The family of one of the NVIDIA module's own messages, or None (an RM line: kept as ``nvrm``). GSP
+    RPC dumps and register tables (``NVRM:  0  103  GSP_RM_ALLOC  0x0000000000002081 ...``) are RM's, never a
+    family's."""
+    if "GSP" in msg or "RPC" in msg or len(_HEX_WORD.findall(msg)) >= 2:
+        return None
+    for kind, regex in _DRIVER_FAMILIES:
+        if regex.search(msg):
+            return kind
+    return None
 
 
 def _ghes_level(severity: str | None) -> str:

@@ -8,7 +8,9 @@ still leave that map behind, and the NCCL log reader (collectors/nccl.py) hands 
   rank, host, pid and CUDA device (``placed_by`` ``nccl_header``); under torchrun's ``[default3]:`` the
   prefix is a local rank, turned global by the agent's rendezvous table in the same file;
 - ``srun -l`` task numbers with no host anywhere: rows without a host (``srun_label``), which
-  workbench/query/rank_places.py lays over the Slurm job's node list;
+  workbench/query/rank_places.py lays over the Slurm job's node list; a task (or an mpirun rank)
+  is the line's rank only when no torchrun ``[defaultN]:`` follows it: over torchrun it numbers the
+  node's agent, and the global rank comes from the agent's rendezvous table or the line itself;
 - torch elastic's rendezvous table (``[default] Rendezvous complete for workers. Result:`` then
   ``group_rank=1``, ``local_ranks=[0, 1]``, ``global_ranks=[2, 3]``, …) in an agent log of a known host
   (``torchelastic``);
@@ -106,11 +108,13 @@ class LauncherPlaces:
         self.failures: list[Topology] = []
         self.local_failures: list[tuple[str, int, int]] = []
 
-    def prefix(self, rank: int | None, task: int | None) -> None:
-        """A line's launcher prefix: the rank it names (``task`` when it was ``srun -l``'s)."""
+    def prefix(self, rank: int | None, task: int | None, local_rank: int | None = None) -> None:
+        """A line's launcher prefix: the rank it names and ``srun -l``'s task number. A task followed by
+        torchrun's ``[default3]:`` numbers the node's agent (srun started one torchrun per node), not a
+        rank: it places nobody."""
         if rank is not None and len(self.file_ranks) < MAX_RANKS:
             self.file_ranks.add(rank)
-        if task is not None and len(self.tasks) < MAX_RANKS:
+        if task is not None and local_rank is None and len(self.tasks) < MAX_RANKS:
             self.tasks.add(task)
 
     def header(self, rank: int | None, host: str, pid: int, dev: int, local_rank: int | None = None) -> None:

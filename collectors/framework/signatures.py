@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from collectors.base import LAYERS, SEVERITIES, Event, normalize_pci
-from collectors.framework.framing import Framed, frame_lines, peel
+from collectors.framework.framing import Framed, frame_lines, parse_iso, peel
 
 CATALOG = Path(__file__).resolve().parents[1] / "catalog" / "signatures"
 """One YAML file per family; the format is FORMAT.md beside them."""
@@ -40,7 +40,7 @@ SAME_LABEL_LINES = 32
 _SRUN_LABEL = re.compile(rb"([ \t]{0,4}\d{1,5}): (?=\S)")
 _LABELLED_STAMP_LIKE = re.compile(rb"^([ \t]{0,4}\d{1,5}): (?=\S)[^\n]*?\d[:.]\d\d", re.M)
 FIELDS = {"id", "kind", "layer", "severity", "severity_when", "cause", "anchors", "regex", "also", "attrs", "types",
-          "lists", "continues", "parsed_as", "samples", "meaning", "precedence", "not_alone"}
+          "lists", "continues", "parsed_as", "samples", "meaning", "precedence", "not_alone", "table"}
 MAX_CONTINUATION = 64
 TYPES = ("int", "float", "size", "hex")
 
@@ -53,6 +53,112 @@ STRUCTURED_KINDS = frozenset({
 
 class SignatureError(ValueError):
     """collectors/catalog/signatures/ is malformed: named with the signature and the field."""
+
+
+@dataclass(frozen=True)
+class CodeEntry:
+    """One error code of a code table: its name, number, printed message and what it points to."""
+
+    api: str
+    name: str
+    code: int
+    message: str
+    severity: str
+    cause: str | None
+    attrs: dict[str, Any]
+    meaning: str
+
+
+class CodeTable:
+    """An error-code table (collectors/catalog/<name>.yaml, e.g. cuda_errors.yaml): one entry per code
+    of each api, so one signature knows every error of a library by its name, its message or its code
+    instead of one signature per error. A line is resolved by the name it prints, else by the message
+    its ``error`` group starts with, else by its ``code``; where runtime and driver share a message or
+    a number, the api whose ``hint`` the line matches (a driver call) wins, else the first api."""
+
+    def __init__(self, name: str, doc: Any) -> None:
+        apis = doc.get("apis") if isinstance(doc, dict) else None
+        if not isinstance(apis, dict) or not apis:
+            raise SignatureError(f"{name}.yaml: a top-level 'apis' mapping is required")
+        self.name = name
+        self.apis = list(apis)
+        self.hints: dict[str, re.Pattern[str]] = {}
+        self.by_name: dict[str, CodeEntry] = {}
+        self.by_short: dict[str, CodeEntry] = {}
+        self.by_code: dict[tuple[str, int], CodeEntry] = {}
+        self.by_message: dict[str, dict[str, CodeEntry]] = {}
+        for api, section in apis.items():
+            if not isinstance(section, dict) or not isinstance(section.get("errors"), list):
+                raise SignatureError(f"{name}.yaml: api {api!r} needs an 'errors' list")
+            if section.get("hint"):
+                self.hints[api] = re.compile(section["hint"])
+            for i, raw in enumerate(section["errors"]):
+                entry = self._entry(api, raw, f"{name}.yaml {api} entry {i + 1}")
+                for alias in [entry.name, *(raw.get("names") or ())]:
+                    self.by_name.setdefault(alias, entry)
+                    self.by_short.setdefault(_short_name(alias), entry)
+                self.by_code.setdefault((api, entry.code), entry)
+                for text in [entry.message, *(raw.get("aliases") or ())]:  # "toolchain." is also printed bare
+                    self.by_message.setdefault(text.lower().rstrip("."), {}).setdefault(api, entry)
+        self.by_first_word: dict[str, list[str]] = {}
+        """a message's first word -> the messages that start with it, longest first (one dict lookup
+        and a few startswith instead of one regex alternation of every message: ~1 us, not ~50)"""
+        for text in sorted(self.by_message, key=len, reverse=True):
+            self.by_first_word.setdefault(text.split(" ", 1)[0], []).append(text)
+
+    @staticmethod
+    def _entry(api: str, raw: Any, where: str) -> CodeEntry:
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or not isinstance(raw.get("code"), int) \
+                or not isinstance(raw.get("message"), str) or raw.get("severity") not in SEVERITIES:
+            raise SignatureError(f"{where}: name, code (a number), message and severity ({', '.join(SEVERITIES)}) "
+                                 "are required")
+        return CodeEntry(api=api, name=raw["name"], code=raw["code"], message=raw["message"],
+                         severity=raw["severity"], cause=raw.get("cause"), attrs=dict(raw.get("attrs") or {}),
+                         meaning=str(raw.get("meaning") or ""))
+
+    def resolve(self, attrs: dict[str, Any], body: str) -> CodeEntry | None:
+        """The entry a match names: by its ``name`` attr, else the message its ``error`` attr starts
+        with, else its ``code`` attr; None when the line names no code of the table."""
+        name = attrs.get("name")
+        if isinstance(name, str) and (entry := self.by_name.get(name) or self.by_short.get(_short_name(name))):
+            return entry
+        error = attrs.get("error")
+        if isinstance(error, str) and (by_api := self.message(error)):
+            return by_api.get(self._api(body)) if len(by_api) > 1 else next(iter(by_api.values()))
+        code = attrs.get("code")
+        return self.by_code.get((self._api(body), code)) if isinstance(code, int) else None
+
+    def causes(self) -> set[str]:
+        """Every cause an entry of the table points to."""
+        return {e.cause for e in self.by_name.values() if e.cause}
+
+    def message(self, text: str) -> dict[str, CodeEntry] | None:
+        """The entries (by api) whose message ``text`` starts with, as a whole word or phrase."""
+        low = text.strip().lower()
+        for known in self.by_first_word.get(low.split(" ", 1)[0], ()):
+            if low.startswith(known) and not low[len(known):len(known) + 1].isalpha():
+                return self.by_message[known]
+        return None
+
+    def _api(self, body: str) -> str:
+        return next((api for api, hint in self.hints.items() if hint.search(body)), self.apis[0])
+
+
+def _short_name(name: str) -> str:
+    """``CUDA_ERROR_LAUNCH_FAILED``, ``ERROR_LAUNCH_FAILED`` -> ``LAUNCH_FAILED`` (Julia drops the prefix)."""
+    return re.sub(r"^(?:CUDA_ERROR_|ERROR_|cudaError)", "", name)
+
+
+@cache
+def code_table(name: str) -> CodeTable:
+    """The code table collectors/catalog/<name>.yaml, read once per process."""
+    import yaml
+
+    path = CATALOG.parent / f"{name}.yaml"
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or not path.is_file():
+        raise SignatureError(f"table {name!r}: no collectors/catalog/{name}.yaml")
+    return CodeTable(name, yaml.load(path.read_text(encoding="utf-8"),
+                                     Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
 
 
 @dataclass(frozen=True)
@@ -94,6 +200,8 @@ class Signature:
     """the catalog file it comes from: a component or message class (cuda, nccl, kernel, ...)"""
     not_alone: str = ""
     """why this message alone does not rank its cause first (empty: it does, and a test holds it to that)"""
+    table: CodeTable | None = None
+    """the error-code table a match is resolved through (name, code, message, meaning, cause)"""
 
     def match(self, body: str) -> dict[str, Any] | None:
         """The attrs of a match on a line's body, or None."""
@@ -109,11 +217,24 @@ class Signature:
             if found := item.findall(body):
                 attrs[name] = found
         attrs["signature"] = self.id
-        if self.cause:
-            attrs["causes"] = [self.cause]
+        cause = self.cause
+        if self.table is not None:
+            entry = self.table.resolve(attrs, body)
+            if entry is None:
+                return None
+            printed = attrs.get("code")
+            attrs.update(entry.attrs)
+            attrs.update(name=entry.name, code=entry.code, error=entry.message, api=entry.api, meaning=entry.meaning)
+            if isinstance(printed, int) and printed != entry.code:
+                attrs["printed_code"] = printed
+            cause = entry.cause or cause
+        if cause:
+            attrs["causes"] = [cause]
         return attrs
 
     def severity_of(self, attrs: dict[str, Any]) -> str:
+        if self.table is not None and (entry := self.table.by_name.get(str(attrs.get("name")))):
+            return entry.severity
         for name, by_value in self.severity_when.items():
             if str(attrs.get(name)) in by_value:
                 return by_value[str(attrs.get(name))]
@@ -207,6 +328,10 @@ def _signature(entry: Any, where: str, family: str = "") -> Signature:
     samples = entry.get("samples")
     if not isinstance(samples, list) or len(samples) < MIN_SAMPLES:
         raise SignatureError(f"{where}: at least {MIN_SAMPLES} real sample lines with their source are required")
+    try:
+        table = code_table(str(entry["table"])) if entry.get("table") is not None else None
+    except SignatureError as exc:
+        raise SignatureError(f"{where}: {exc}") from None
     parsed: list[Sample] = []
     for sample in samples:
         if not isinstance(sample, dict) or not isinstance(sample.get("line"), str) \
@@ -219,7 +344,7 @@ def _signature(entry: Any, where: str, family: str = "") -> Signature:
                      attrs=dict(entry.get("attrs") or {}), lists=lists, continues=continues,
                      types=dict(types), parsed_as=tuple(entry.get("parsed_as") or ()), samples=tuple(parsed),
                      meaning=str(entry.get("meaning") or ""), family=family,
-                     not_alone=str(entry.get("not_alone") or ""))
+                     not_alone=str(entry.get("not_alone") or ""), table=table)
 
 
 @cache
@@ -432,8 +557,12 @@ def event_of(sig: Signature, attrs: dict[str, Any], framed: Framed, body: str) -
         layer, severity = info.pop("layer"), info.pop("severity")
         attrs = {**info, **attrs}
     pci = attrs.get("pci") if "nvswitch" not in attrs else None  # an NVSwitch's bus id names no GPU
-    return Event(kind=sig.kind, message=body.strip()[:2000], ts=framed.ts, ts_origin=framed.ts_origin,
-                 ts_approx=framed.ts_approx, ts_raw=framed.ts_raw, host=framed.host, layer=layer,
+    ts, origin, approx, raw = framed.ts, framed.ts_origin, framed.ts_approx, framed.ts_raw
+    stamp = attrs.pop("at", None)  # the message's own time (Slurm's "CANCELLED AT 2020-12-14T09:44:56")
+    if isinstance(stamp, str) and (when := parse_iso(stamp)) is not None and (ts is None or approx):
+        ts, origin, approx, raw = when, "message", False, stamp
+    return Event(kind=sig.kind, message=body.strip()[:2000], ts=ts, ts_origin=origin,
+                 ts_approx=approx, ts_raw=raw, host=framed.host, layer=layer,
                  severity=severity, gpu=normalize_pci(pci) if isinstance(pci, str) else None, rank=framed.rank,
                  attrs=attrs, line=framed.line)
 

@@ -112,8 +112,15 @@ def pg_info(text: str) -> tuple[dict[str, Any], int | None]:
 _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<fields>(?:[^()]|\(ms\))*)\)"
                        r"(?: ran for (?P<ran>\d+) milliseconds)?")
 _WORK_FIELD = re.compile(r"(\w+(?:\(ms\))?)=([^,]+)")
-_PROGRESS = re.compile(r"(?:detected by watchdog at work|Timeout at NCCL work|at work sequence id)[: ]+(?P<seq>\d+)")
-_LAST_WORK = re.compile(r"last (?P<what>enqueued|started|completed)(?: NCCL)? work: (?P<seq>-?\d+)")
+_PROGRESS = re.compile(r"(?:detected by watchdog at work(?: sequence id)?|Timeout at NCCL work|"
+                       r"at work sequence id)[: ]+(?P<seq>\d+)")
+_LAST_WORK = re.compile(r"[Ll]ast (?P<what>enqueued|started|completed)(?: NCCL)? work: (?P<seq>-?\d+)")
+_BLOCKING = re.compile(r"Work WorkNCCL\((?P<fields>(?:[^()]|\(ms\))*)\) timed out in blocking wait")
+_DUMP_SIGNAL = re.compile(r"Received a (?:dump signal|global timeout)(?: due to a collective timeout)? from "
+                          r"(?:this local rank|another rank|\s*rank (?P<src>-?\d+))")
+"""The heartbeat monitor learning of a failure: its own rank's (``this local rank``) or the rank that
+wrote the dump flag in the TCPStore first (2.4+ names it; 2.3 said ``a global timeout from another rank``)."""
+_TERMINATING = re.compile(r"Terminating the process after attempting to dump debug info, due to (?P<why>.+?)\.?\s*$")
 _HEARTBEAT = re.compile(r"Heartbeat monitor timed out!.*?(?:workMetaList_\.size\(\)\s*=\s*(?P<n>\d+))?$")
 _STUCK = re.compile(r"watchdog got stuck for (?P<s>\d+) seconds")
 _MISMATCH = re.compile(r"Detected mismatch between collectives on ranks\. Rank (?P<r1>\d+) is running collective: "
@@ -133,12 +140,16 @@ def _int(text: str | None) -> int | None:
 
 def _watchdog(msg: str) -> Finding | None:
     m = _WATCHDOG.search(msg)
+    reason = "watchdog_timeout"
     if not m:
-        return None
+        if not (m := _BLOCKING.search(msg)):
+            return None
+        reason = "blocking_wait"
     fields = dict(_WORK_FIELD.findall(m.group("fields")))
-    attrs: dict[str, Any] = {"reason": "watchdog_timeout", "seq": _int(fields.get("SeqNum")),
+    attrs: dict[str, Any] = {"reason": reason, "seq": _int(fields.get("SeqNum")),
                              "op": (fields.get("OpType") or "").strip() or None,
-                             "timeout_ms": _int(fields.get("Timeout(ms)")), "elapsed_ms": _int(m.group("ran"))}
+                             "timeout_ms": _int(fields.get("Timeout(ms)")),
+                             "elapsed_ms": _int(m.groupdict().get("ran"))}
     for key, name in (("NumelIn", "numel_in"), ("NumelOut", "numel_out")):
         if key in fields:
             attrs[name] = _int(fields[key])
@@ -161,6 +172,16 @@ def _watchdog_other(msg: str) -> Finding | None:
         pg, rank = pg_info(msg)
         attrs.update(pg)
         return Finding("nccl_timeout", "error", attrs, rank=rank)
+    if m := _DUMP_SIGNAL.search(msg):
+        pg, rank = pg_info(msg)
+        attrs = {"reason": "dump_signal", **_last_work(msg), **pg}
+        if m.group("src") is not None:
+            attrs["src_rank"] = int(m.group("src"))
+        return Finding("nccl_timeout", "error", attrs, rank=rank)
+    if m := _TERMINATING.search(msg):
+        pg, rank = pg_info(msg)
+        return Finding("nccl_timeout", "critical", {"reason": "monitor_terminate", "error": m.group("why"), **pg},
+                       rank=rank)
     if m := _HEARTBEAT.search(msg):
         pg, rank = pg_info(msg)
         attrs = {"reason": "heartbeat_monitor", "seq": None, "op": None, "timeout_ms": None, "elapsed_ms": None,
@@ -856,7 +877,7 @@ def classify(msg: str, lineno: int, exception: str | None = None) -> tuple[Findi
     if "WorkNCCL" in msg and (finding := _watchdog(msg)):
         return finding, None
     if ("watchdog" in msg or "NCCL work" in msg or "Heartbeat" in msg or "mismatch between" in msg
-            or "last enqueued" in msg):
+            or "last enqueued" in msg or "dump debug info" in msg):
         died = _WATCHDOG_DIED.search(msg)
         if died is None and (finding := _watchdog_other(msg)):
             return finding, None

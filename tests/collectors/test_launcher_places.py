@@ -196,3 +196,17 @@ def test_an_environment_dump_names_the_owner_of_the_unprefixed_lines() -> None:
     two = text.replace("SLURMD_NODENAME=node04", "SLURM_PROCID=4")
     events = [r for r in nccl.parse("nccl_log", io.BytesIO(two.encode()), ctx) if isinstance(r, Event)]
     assert [e.rank for e in events] == [None], "two dumps in one file name no owner"
+
+
+def test_srun_task_over_torchrun_numbers_a_node_not_a_rank() -> None:
+    """``srun -l torchrun --nproc-per-node 8 ...``: srun's task 1 is the second node's agent, its worker
+    ``[default3]:`` is local rank 3 there (global rank 11 on 8 GPUs a node), so neither the NCCL header nor
+    the srun label may call it rank 1; srun's task alone (``srun -l python train.py``) still is the rank."""
+    assert _placed(_topology(f"1: [default3]:{WARN}\n"), "nccl_header") == {}
+    assert _placed(_topology(f"1: [default3]:{WARN}\n", name="slurm-91842.out"), "srun_label") == {}
+    assert set(_placed(_topology(f"1: {WARN}\n"), "nccl_header")) == {1}
+
+
+def test_mpirun_rank_over_torchrun_is_not_the_lines_rank() -> None:
+    assert _placed(_topology(f"[1,2]<stderr>:[default3]:{WARN}\n"), "nccl_header") == {}
+    assert set(_placed(_topology(f"[1,2]<stderr>:{WARN}\n"), "nccl_header")) == {2}

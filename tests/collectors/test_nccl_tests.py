@@ -52,3 +52,51 @@ def test_a_run_cut_before_its_summary_says_nothing() -> None:
     cut = RUN.split("# Out of bounds")[0]
     assert [r for r in parse(cut) if isinstance(r, Event)] == []
     assert nccl_tests.sniff("x.txt", "hello\nworld\n") == {}
+
+
+FAILED_RUN = """# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20
+#
+# Using devices
+#  Rank  0 Group  0 Pid    123 on gpu-node-1 device  0 [0x18] NVIDIA H100 80GB HBM3
+gpu-node-1: Test NCCL failure common.cu:958 '{error} / {last}'
+ .. gpu-node-1 pid 123: Test failure common.cu:891
+ .. gpu-node-1 pid 123: Test failure all_reduce.cu:90
+"""
+
+
+def _failure(error: str, last: str) -> Event:
+    rows = parse(FAILED_RUN.format(error=error, last=last))
+    (event,) = [r for r in rows if isinstance(r, Event)]
+    return event
+
+
+def test_a_failed_run_is_the_error_nccl_returned_with_its_call_chain() -> None:
+    event = _failure("internal error - please report this issue to the NCCL developers", "")
+    assert (event.kind, event.host, event.line, event.severity) == ("nccl_error", "gpu-node-1", 5, "error")
+    assert event.attrs["nccl_error"] == "ncclInternalError"
+    assert event.attrs["chain"] == ["common.cu:891", "all_reduce.cu:90"] and event.attrs["pid"] == 123
+
+
+def test_a_failed_runs_last_error_means_what_ncclss_warn_means() -> None:
+    shm = _failure("unhandled system error (run with NCCL_DEBUG=INFO for details)",
+                   "Error while creating shared memory segment /dev/shm/nccl-KWfVyt (size 5967872)")
+    assert (shm.kind, shm.attrs["causes"]) == ("nccl_shm_error", ["shm_exhausted"])
+    calloc = _failure("unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+                      "Failed to CUDA calloc 1048576 bytes")
+    assert (calloc.kind, calloc.attrs["causes"]) == ("nccl_alloc_failed", ["gpu_oom"])
+    remote = _failure("remote process exited or there was a network error",
+                      "NET/IB : Got completion from peer 10.0.35.1<49189> with status=12 opcode=0 len=0 "
+                      "vendor err 129")
+    assert remote.kind == "nccl_net_error" and remote.attrs["nccl_error"] == "ncclRemoteError"
+
+
+def test_a_cuda_failure_of_the_test_itself_is_a_cuda_error() -> None:
+    rows = parse("gpu-node-1: Test CUDA failure common.cu:732 'out of memory'\n"
+                 " .. gpu-node-1 pid 9: Test failure common.cu:1\n")
+    (event,) = [r for r in rows if isinstance(r, Event)]
+    assert (event.kind, event.attrs["oom"], event.attrs["chain"]) == ("cuda_error", True, ["common.cu:1"])
+
+
+def test_a_failure_chain_without_its_failure_line_is_a_counted_skip() -> None:
+    rows = parse(" .. gpu-node-1 pid 123: Test failure common.cu:891\n")
+    assert [type(r) for r in rows] == [Skipped]

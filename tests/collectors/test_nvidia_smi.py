@@ -251,7 +251,7 @@ def test_every_corpus_file_is_sniffed_as_nvidia_smi_or_dcgm():
     for path in FILES:
         head = path.read_bytes()[:65536].decode("utf-8", "replace")
         found = registry.sniff(path.name, head)
-        assert found is not None and found[1].NAME == "nvidia_smi", path.name
+        assert found is not None and found[1].NAME in ("nvidia_smi", "dcgm"), path.name
 
 
 def test_gpu_throttle_event_carries_the_load_and_the_line(views):

@@ -37,3 +37,26 @@ def test_a_rank_never_dated_stays_undated():
     lines += _filler(NEIGHBOUR_LINES * 2) + [f"7: {SOCKET.format(h=2, r=7)}"]
     (event,) = _interfaces(lines)
     assert event.ts is None
+
+
+def test_a_signature_takes_its_time_from_a_named_group(tmp_path) -> None:
+    """An undated pasted line whose message carries its own time (Slurm's CANCELLED AT ...) is dated by it."""
+    import io
+
+    from collectors.framework.signatures import Matcher, load_signatures
+
+    (tmp_path / "probe.yaml").write_text(
+        "family: probe\nprecedence: 1\nsignatures:\n"
+        "  - id: probe_cancelled\n    kind: job_state\n    layer: scheduling\n    severity: error\n"
+        "    anchors: ['CANCELLED AT']\n"
+        "    regex: 'JOB (?P<job>\\d+) ON \\S+ CANCELLED AT (?P<at>\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d)'\n"
+        "    samples:\n"
+        "      - {line: 'slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2020-12-14T09:44:56 ***', source: https://x/1}\n"
+        "      - {line: 'slurmstepd: error: *** JOB 8 ON n2 CANCELLED AT 2020-12-14T09:45:00 ***', source: https://x/2}\n",
+        encoding="utf-8")
+    matcher = Matcher(load_signatures(tmp_path))
+    line = b"slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2020-12-14T09:44:56 DUE TO TIME LIMIT ***\n"
+    (event,) = list(matcher.scan(io.BytesIO(line)))
+    assert event.ts is not None and event.ts.isoformat().startswith("2020-12-14T09:44:56")
+    assert (event.ts_origin, event.ts_approx, event.ts_raw) == ("message", False, "2020-12-14T09:44:56")
+    assert "at" not in event.attrs

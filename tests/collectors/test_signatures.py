@@ -264,3 +264,15 @@ def test_a_wrapper_does_not_change_the_diagnosis(tmp_path, case):
     assert plain is not None
     for name, wrap in WRAPPERS.items():
         assert _top_cause(folder, tmp_path / name, wrap) == plain, name
+
+
+def test_a_signature_names_only_a_code_table_that_exists(tmp_path):
+    with pytest.raises(SignatureError, match="cuda_ecc_uncorrectable") as err:
+        load_signatures(_catalog_with(tmp_path, table="nope"))
+    assert "no collectors/catalog/nope.yaml" in str(err.value)
+
+
+def test_a_table_signature_writes_only_codes_its_table_knows():
+    known = catalog().match("RuntimeError: CUDA error: misaligned address")
+    assert known is not None and (known[1]["name"], known[1]["code"]) == ("cudaErrorMisalignedAddress", 716)
+    assert catalog().match("RuntimeError: CUDA error: the flux capacitor is out of sync") is None

@@ -276,12 +276,12 @@ def _home_signature_causes(plans: list[LayerPlan]) -> list[LayerPlan]:
     checks = [c for plan in plans for c in plan.checks if c.role == "cause"]
     homed: dict[str, list[tuple[str, str]]] = {}
     for sig in load_signatures():
-        if not sig.cause:
-            continue
-        own = [c for c in checks if sig.cause in c.causes]
-        home = next((c for c in own if c.layer == layers.get(sig.cause)), own[0] if own else None)
-        if home is not None:
-            homed.setdefault(home.id, []).append((sig.id, sig.cause))
+        # a code-table entry (a CUDA error by name or code) names its own cause
+        for cause in sorted({sig.cause} - {None} | (sig.table.causes() if sig.table is not None else set())):
+            own = [c for c in checks if cause in c.causes]
+            home = next((c for c in own if c.layer == layers.get(cause)), own[0] if own else None)
+            if home is not None:
+                homed.setdefault(home.id, []).append((sig.id, cause))
     return [replace(plan, checks=tuple(replace(c, catalog=tuple(homed.get(c.id, ()))) for c in plan.checks))
             for plan in plans]
 
@@ -292,7 +292,8 @@ _CATALOG_SQL = """
            CASE e.severity WHEN 'critical' THEN 0.8 WHEN 'error' THEN 0.7 WHEN 'warning' THEN 0.45 ELSE 0.25 END
              AS strength
     FROM event AS e
-    JOIN (SELECT unnest($signatures) AS id, unnest($causes) AS cause) AS s ON e.attrs->>'signature' = s.id
+    JOIN (SELECT unnest($signatures) AS id, unnest($causes) AS cause) AS s
+      ON e.attrs->>'signature' = s.id AND e.attrs->>'$.causes[0]' = s.cause
 """
 """A catalog entry's lines as check rows: its cause, a strength from the severity the entry gave the line."""
 

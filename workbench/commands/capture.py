@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -39,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-redact", action="store_true", help="keep secret values (default: redacted)")
     parser.add_argument("--timeout-scale", type=positive_float, default=1.0, metavar="X",
                         help="multiply every collector's timeout by X")
+    parser.add_argument("--list", action="store_true",
+                        help="run nothing: print which collector runs which command and parses which kinds")
+    parser.add_argument("--json", action="store_true", help="with --list: one JSON object per collector")
     for module in registry.all_collectors():
         hook = getattr(module, "add_capture_arguments", None)
         if hook:
@@ -48,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from workbench.capture.live import capture
 
+    if args.list:
+        _list(args.json)
+        return 0
+    if args.json:
+        raise UsageError("--json goes with --list")
     since = parse_since(args.since)
     output = Path(args.output or f"incident-{_hostname()}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.duckdb")
     if output.exists():
@@ -80,6 +89,34 @@ def run(args: argparse.Namespace) -> int:
             print(f"bundle {result.path} is INCOMPLETE ({name})", file=sys.stderr)
         return 128 + result.stopped_by
     return 0
+
+
+def _list(as_json: bool) -> None:
+    """What capture would do, from each collector's declared COMMANDS or a dry run of its capture that
+    runs nothing; TOUCHES_GPU collectors are never dry-run (``--safe`` skips them)."""
+    plans = [registry.capture_plan(m) for m in registry.all_collectors()]
+    if as_json:
+        structured = registry.structured_kinds()
+        for plan in plans:
+            print(json.dumps({"collector": plan.collector, "touches_gpu": plan.touches_gpu, "how": plan.how,
+                              "steps": [{"what": s.what, "kind": s.kind} for s in plan.steps],
+                              "kinds": list(plan.kinds),
+                              "structured_kinds": [k for k in plan.kinds if k in structured]}))
+        return
+    rows = [(p.collector, "yes" if p.touches_gpu else "", s.what, s.kind) for p in plans for s in p.steps]
+    rows += [(p.collector, "yes" if p.touches_gpu else "", _nothing(p.how), "") for p in plans if not p.steps]
+    order = {p.collector: i for i, p in enumerate(plans)}
+    rows.sort(key=lambda r: order[r[0]])
+    print(format_table(["collector", "gpu", "runs or reads", "stored as"], rows, max_width=110))
+    print()
+    print(format_table(["collector", "parses kinds"], [(p.collector, ", ".join(p.kinds)) for p in plans],
+                       max_width=110))
+
+
+def _nothing(how: str) -> str:
+    if how == "dry run":
+        return "(a dry run found no command or file to read; it may read /proc or files named by options)"
+    return f"({how})"
 
 
 def _report(path: Path, outcomes: list[CollectorOutcome], skip: list[str]) -> None:

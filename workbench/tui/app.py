@@ -28,6 +28,7 @@ from workbench.analysis.findings import Analysis, Hypothesis
 from workbench.postmortem import report
 from workbench.store.bundle import Bundle
 from workbench.store.shared_bundle import SharedBundle
+from workbench.tui.keymap import APP_BINDINGS
 from workbench.tui.saving import JournalWriter, Pending
 from workbench.tui.screens import all_specs
 from workbench.tui.screens.base import STORAGE_ERRORS, Spec, one_line
@@ -46,11 +47,7 @@ class Cockpit(App):
     TITLE = "gpuwb"
     CSS_PATH = CSS_PATH
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
-    BINDINGS = [
-        Binding("q", "quit", "quit", priority=False),
-        Binding("question_mark", "help", "help", key_display="?"),
-        Binding("escape", "back", "back", show=False),
-    ]
+    BINDINGS = APP_BINDINGS
 
     analysis: reactive[Analysis | None] = reactive(None, always_update=True)
     model: reactive[dict | None] = reactive(None, always_update=True)

@@ -40,7 +40,7 @@ async def test_verdict_with_reason_and_pinned_note_survive_a_restart(incident):
     async with app.run_test(size=(160, 50)) as pilot:
         screen = await _playbook(app, pilot, "5")  # Overview's 5: straight to the hardware layer
         await wait_for(pilot, lambda: screen.current == Node("layer", "hardware"))
-        await pilot.press("o")
+        await pilot.press("v")
         dialog = app.screen
         assert isinstance(dialog, VerdictDialog)
         await pilot.press("right", "right", "enter")  # fault -> suspect -> clear, no reason: refused

@@ -38,7 +38,6 @@ class OverviewScreen(CockpitScreen):
 
     BINDINGS = [
         Binding("enter", "open_evidence", "open raw line", show=False),
-        Binding("e", "open_evidence", "evidence"),
         Binding("1", "layer('business')", "layer 1", show=False),
         Binding("2", "layer('scheduling')", "layer 2", show=False),
         Binding("3", "layer('gpu')", "layer 3", show=False),

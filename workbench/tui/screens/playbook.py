@@ -61,7 +61,7 @@ class PlaybookScreen(CockpitScreen):
 
     BINDINGS = [
         Binding("c", "confirm", "confirm"),
-        Binding("o", "override", "override"),
+        Binding("v", "override", "override a verdict"),
         Binding("n", "note", "note"),
         Binding("R", "root_cause", "root cause", key_display="R"),
         Binding("a", "add_action", "action item"),
