@@ -20,7 +20,7 @@ from workbench.analysis.causes import load_causes
 HERE = Path(__file__).resolve().parent
 CASES = sorted(p for p in HERE.iterdir() if (p / "case.yaml").is_file())
 
-FLOOR = 0.93
+FLOOR = 0.95
 """The top-1 rate reached at the last commit. A ratchet: it only ever goes up (the issue's target is
 0.90); raise it whenever the engine solves more cases, never lower it to make a change pass."""
 
