@@ -17,7 +17,7 @@ import duckdb
 import yaml
 
 import playbooks
-from collectors.base import normalize_pci
+from collectors.base import gpu_id
 from collectors.catalog import package_text
 from collectors.framework.vocabulary import LAYERS
 from workbench.analysis.causes import load_causes
@@ -412,7 +412,7 @@ def run_rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any], *
         if row["strength"] is None:
             row["strength"] = default_strength
         if row["gpu"]:
-            row["gpu"] = normalize_pci(row["gpu"]) or row["gpu"]
+            row["gpu"] = gpu_id(row["gpu"])
         rows.append(row)
     return rows, total
 
