@@ -34,6 +34,7 @@ import duckdb
 from collectors.base import gpu_id
 from collectors.framework.hostlist import expand_hostlist as slurm_hostlist
 from workbench.query.rank_places import rank_places
+from workbench.times import iso
 
 LOW_SCORE = 0.2
 """Below this a hypothesis is background: the engine does not call it a root cause."""
@@ -544,7 +545,7 @@ def describe(c: Candidate, causes: dict[str, dict[str, Any]], groups: list[Sympt
     kinds = Counter(g.kind for g in mine)
     parts = [f"{causes[c.cause]['title']} on {where}"]
     if c.first_seen:
-        parts.append(f"first seen {c.first_seen.isoformat(timespec='seconds')}Z")
+        parts.append(f"first seen {iso(c.first_seen, 'seconds')}")
     sentence = ", ".join(parts) + f": {text[:160]}"
     if c.absorbed:
         sentence += f" (with {', '.join(sorted(set(c.absorbed)))} at the same place)"
