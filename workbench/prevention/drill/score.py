@@ -18,7 +18,7 @@ from collectors.framework.vocabulary import LAYERS
 from workbench.errors import InputError
 from workbench.store import journal
 from workbench.store.bundle import Bundle
-from workbench.times import iso
+from workbench.times import iso, parse_iso
 
 ANSWER_KEYS = ("cause", "layer", "host", "gpu", "injected_at", "detected_at")
 
@@ -66,7 +66,7 @@ def score(bundle: Bundle, truth: dict[str, Any]) -> Scorecard:
     """Compare the bundle's journal with ``truth``."""
     state = journal.state(bundle)
     created = bundle.meta().get("created_at")
-    started = datetime.fromisoformat(created) if created else None
+    started = parse_iso(created)
     mark = state.root_cause
     marked = None
     cause_right, place_right, took = False, None, None
