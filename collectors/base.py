@@ -316,17 +316,26 @@ def infer_year(month: int, day: int, reference: datetime | None) -> tuple[int, b
     return year, False
 
 
-_PCI_RE = re.compile(r"(?:(?P<dom>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
+_PCI_RE = re.compile(r"(?:(?P<dom>[0-9a-fA-F]{3,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
                      r"(?:\.(?P<fn>[0-7]))?")
 
 
 def normalize_pci(text: str | None) -> str | None:
-    """PCI bus ids in one spelling, ``0000:19:00.0``: NVML's 8-digit domain and the Xid
-    line's missing function both map to it, so a GPU is one key across sources."""
+    """PCI bus ids in one spelling, ``0000:19:00.0``: NVML's 8-digit domain, a tool's 3-digit one
+    (``000:BA:80.0``) and the Xid line's missing function all map to it, so a GPU is one key across
+    sources. This is THE GPU-id normaliser: every reader of a bus id goes through it (or gpu_id)."""
     if not text:
         return None
     m = _PCI_RE.search(text.strip())
     if not m:
         return None
-    dom = (m.group("dom") or "0000")[-4:].lower()
+    dom = (m.group("dom") or "0000").zfill(4)[-4:].lower()
     return f"{dom}:{m.group('bus').lower()}:{m.group('dev').lower()}.{m.group('fn') or '0'}"
+
+
+def gpu_id(text: str | None) -> str | None:
+    """A stored GPU column as one comparable key: its bus id normalised (normalize_pci), else the text
+    as given (a UUID or ``index:N`` key where no bus id was known); None for none. Readers that join
+    GPUs named by different sources (hypotheses, rank places, the GPU screen) use this, so
+    ``00000000:5D:00.0`` and ``0000:5d:00.0`` meet while a UUID-keyed GPU is kept, not dropped."""
+    return (normalize_pci(text) or text) if text else None

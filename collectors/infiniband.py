@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from collectors.base import Artifact, CaptureContext, Event, HostFact, ParseContext, Row, SeriesPoint, Skipped
+from collectors.framework.framing import parse_iso
 
 NAME = "infiniband"
 LAYER = "network_storage"
@@ -475,7 +476,7 @@ def _parse_sysfs(stream: BinaryIO, ctx: ParseContext, obs: _Observations) -> Ite
         if m := _SAMPLE_HEAD.match(line):
             flush()
             samples.next()
-            sample_ts = _iso(m.group(2))
+            sample_ts = parse_iso(m.group(2))
             continue
         if not line.strip() or line.startswith("#"):
             continue
@@ -518,11 +519,3 @@ def _parse_rdma(stream: BinaryIO, ctx: ParseContext, obs: _Observations) -> Iter
         attrs = {k: pairs[k] for k in ("lid", "sm_lid", "netdev", "subnet_prefix") if k in pairs}
         obs.state(_State(samples.see((device, port)), None, device, port, pairs.get("state", ""),
                          pairs.get("physical_state", ""), n, attrs))
-
-
-def _iso(text: str) -> datetime | None:
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)

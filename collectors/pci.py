@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import BinaryIO
 
-from collectors.base import Artifact, CaptureContext, Event, HostFact, ParseContext, Row, Skipped, normalize_pci
+from collectors.base import Artifact, CaptureContext, Event, HostFact, ParseContext, Row, Skipped, gpu_id
 
 NAME = "pci"
 LAYER = "hardware"
@@ -102,7 +102,7 @@ def parse(kind: str, stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
         if m := _HEADER.match(line):
             if device is not None:
                 yield from _device_rows(device, ctx)
-            pci = normalize_pci(m.group(1)) or m.group(1)
+            pci = gpu_id(m.group(1))
             device = _Device(pci, m.group(2), m.group(3), n)
             continue
         if device is None:

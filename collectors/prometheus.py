@@ -37,6 +37,7 @@ from typing import Any, BinaryIO
 
 from collectors.base import Artifact, CaptureContext, ParseContext, Row, SeriesPoint, Skipped
 from collectors.framework import metric_vocabulary as vocabulary
+from collectors.framework.framing import format_iso
 from collectors.framework.json_items import Damage, decoded, no_lone_surrogates, values
 
 NAME = "prometheus"
@@ -718,14 +719,10 @@ def _scrape(ctx: CaptureContext, url: str, deadline: float) -> Artifact | None:
         return None
     instance = urllib.parse.urlsplit(target).netloc
     stamp = started.strftime("%Y%m%dT%H%M%S.") + f"{started.microsecond // 1000:03d}Z"
-    mark = f"# gpuwb-scrape url={urllib.parse.quote(target, safe=':/?&=%')} time={_iso(started)}\n".encode()
+    mark = f"# gpuwb-scrape url={urllib.parse.quote(target, safe=':/?&=%')} time={format_iso(started)}\n".encode()
     return Artifact(source=f"{instance}-{stamp}.prom", kind="prom_text", data=mark + body, captured_at=started,
                     info={"url": target, "http_status": status, "duration_s": round(time.monotonic() - began, 3),
                           "bytes": len(body), "truncated": len(body) >= MAX_FETCH_BYTES})
-
-
-def _iso(when: datetime) -> str:
-    return when.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _range_query(ctx: CaptureContext, server: str, query: str, step: float | None,

@@ -46,8 +46,8 @@ from collectors.base import (
     SeriesPoint,
     Skipped,
     infer_year,
-    to_utc,
 )
+from collectors.framework.framing import parse_iso
 
 NAME = "storage"
 LAYER = "network_storage"
@@ -375,7 +375,7 @@ def _parse_diskstats(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
         if m := _DISKSTATS_HEAD.match(line):
             if previous is not None and current is not None:
                 yield from _diskstats_interval(ctx, previous, current, snapshot, snap_origin)
-            previous, current = current, (_iso(m.group(2)), {})
+            previous, current = current, (parse_iso(m.group(2)), {})
             continue
         parts = line.split()
         if not parts or line.startswith("#"):
@@ -605,7 +605,7 @@ def _parse_listing(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
     for n, line in ctx.lines(stream):
         if m := _LISTING_HEAD.match(line):
             directory = m.group(1)
-            if when := _iso(m.group(2)):
+            if when := parse_iso(m.group(2)):
                 listed_at, listed_origin = when, "iso"
             continue
         if not line.strip() or line.startswith(("#", "total ")):
@@ -808,12 +808,3 @@ def _log_time(m: re.Match[str]) -> datetime | None:
         sign = 1 if digits[0] == "+" else -1
         when -= sign * timedelta(hours=int(digits[1:3]), minutes=int(digits[3:5]))
     return when.replace(tzinfo=timezone.utc)
-
-
-def _iso(text: str) -> datetime | None:
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return to_utc(when)
-

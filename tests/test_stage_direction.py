@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = {
-    "__init__": 0, "errors": 0, "table": 1, "timespec": 1,
+    "__init__": 0, "errors": 0, "table": 1, "timespec": 1, "times": 1,
     "store": 2, "query": 3, "ingest": 4, "capture": 5, "analysis": 5, "fleet": 6,
     "prevention": 7, "postmortem": 8, "demo": 9, "tui": 9, "commands": 10, "cli": 11,
 }

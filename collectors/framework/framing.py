@@ -35,7 +35,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
-from collectors.base import MONTHS, from_monotonic, infer_year
+from collectors.base import MONTHS, from_monotonic, infer_year, to_utc
 from collectors.framework.json_items import no_lone_surrogates
 
 ISO = (r"(?P<date>\d{4}-\d\d-\d\d)[T _](?P<clock>\d\d:\d\d:\d\d)(?:(?P<sep>[.,])(?P<frac>\d{1,9}))?"
@@ -93,9 +93,16 @@ def iso_time(m: re.Match[str]) -> datetime | None:
 
 
 def parse_iso(text: str) -> datetime | None:
-    """ISO-8601-like text as UTC, or None when it is not one."""
+    """ISO-8601-like text as UTC, or None when it is not one. The collectors' one ISO reader: a capture
+    header's time and a log line's time are read the same way."""
     m = ISO_RE.fullmatch(text.strip())
     return iso_time(m) if m else None
+
+
+def format_iso(when: datetime, timespec: str = "microseconds") -> str:
+    """``when`` as UTC ISO-8601 with ``Z`` (naive is UTC already): the collectors' one spelling of a time
+    they write into an artifact (a scrape's ``time=`` mark), which :func:`parse_iso` reads back."""
+    return to_utc(when).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 # -- the wrapper rules, outermost kinds first ---------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collectors.framework.framing import frame_lines, parse_iso, peel, unframed_lines
+from collectors.framework.framing import format_iso, frame_lines, parse_iso, peel, unframed_lines
 
 BODY = "NVRM: Xid (PCI:0000:19:00): 79, pid=0, GPU has fallen off the bus."
 REF = datetime(2025, 3, 10, tzinfo=timezone.utc)
@@ -203,3 +203,13 @@ def test_unframed_lines_take_off_only_what_no_parser_reads():
 def test_fuzz_unframed_lines_keep_the_line_count(lines):
     lines = [line.replace("\n", " ").replace("\r", " ") for line in lines]
     assert len(list(unframed_lines(lines, reference=REF))) == len(lines)
+
+
+def test_format_iso_is_what_parse_iso_reads_back() -> None:
+    # The collectors' one writer and one reader of a time (a scrape's time= mark, a sample header).
+    when = datetime(2026, 11, 28, 10, 0, 1, 250000, tzinfo=timezone.utc)
+    assert format_iso(when) == "2026-11-28T10:00:01.250000Z"
+    assert format_iso(when.replace(tzinfo=None)) == "2026-11-28T10:00:01.250000Z"  # naive is UTC
+    assert parse_iso(format_iso(when)) == when
+    assert parse_iso("2026-11-28T10:00:01+00:00") == when.replace(microsecond=0)
+    assert parse_iso("not a time") is None

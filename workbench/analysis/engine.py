@@ -49,6 +49,7 @@ from workbench.analysis.playbook import (
 )
 from workbench.analysis.workload import detect_workload
 from workbench.store.bundle import Bundle
+from workbench.times import iso
 
 MAX_HYPOTHESES = 10
 PER_CAUSE_LISTED = 4
@@ -58,10 +59,6 @@ TOP_FAULT = 0.35
 """A top hypothesis this strong makes the checks behind it a fault in their layer."""
 MIN_LISTED = 0.02
 _ORDER = {verdict: n for n, verdict in enumerate(reversed(VERDICTS))}
-
-
-def iso(ts: datetime | None) -> str | None:
-    return ts.isoformat(timespec="milliseconds") + "Z" if ts else None
 
 
 def analyze(bundle: Bundle, workload: str | None = None) -> dict[str, Any]:

@@ -9,18 +9,11 @@ as a ``KeyError`` in three.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from collectors.base import LAYERS
-
-
-def parse_iso(value: str | None) -> datetime | None:
-    """An analysis timestamp (ISO with ``Z``) as naive UTC, the bundle's convention."""
-    if not value:
-        return None
-    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return parsed if parsed.tzinfo is None else parsed.astimezone(timezone.utc).replace(tzinfo=None)
+from workbench.times import parse_iso
 
 
 @dataclass(frozen=True)
@@ -158,11 +151,6 @@ class FirstAnomaly:
     def from_json(cls, d: dict[str, Any]) -> FirstAnomaly:
         return cls(ts=parse_iso(d.get("ts")), host=d.get("host"), layer=d.get("layer"), kind=d.get("kind"),
                    text=d.get("text") or "")
-
-
-def iso(ts: datetime | None) -> str | None:
-    """Back to the analysis JSON's spelling (milliseconds, ``Z``)."""
-    return ts.isoformat(timespec="milliseconds") + "Z" if ts else None
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,10 @@ from typing import Any
 
 import duckdb
 
-from collectors.base import normalize_pci
+from collectors.base import gpu_id
 from collectors.framework.hostlist import expand_hostlist as slurm_hostlist
 from workbench.query.rank_places import rank_places
+from workbench.times import iso
 
 LOW_SCORE = 0.2
 """Below this a hypothesis is background: the engine does not call it a root cause."""
@@ -68,13 +69,13 @@ class Place:
         for host, gpu in con.execute("SELECT DISTINCT host, gpu FROM topology WHERE host IS NOT NULL").fetchall():
             place.job_hosts.add(host)
             if gpu:
-                place.gpus_in_use.setdefault(host, set()).add(_pci(gpu))
+                place.gpus_in_use.setdefault(host, set()).add(gpu_id(gpu))
         for rank, where in rank_places(con).items():
-            place.rank_place[rank] = (where.host, _pci(where.gpu))
+            place.rank_place[rank] = (where.host, gpu_id(where.gpu))
             if where.host:
                 place.job_hosts.add(where.host)
                 if where.gpu:
-                    place.gpus_in_use.setdefault(where.host, set()).add(_pci(where.gpu))
+                    place.gpus_in_use.setdefault(where.host, set()).add(gpu_id(where.gpu))
         place.machines = {r[0] for r in con.execute(
             "SELECT DISTINCT host FROM event WHERE host IS NOT NULL AND coalesce(ts_origin, '') <> 'derived' "
             "UNION SELECT DISTINCT host FROM gpu_sample WHERE host IS NOT NULL "
@@ -84,16 +85,12 @@ class Place:
                 "SELECT DISTINCT host, gpu FROM gpu_inventory WHERE gpu IS NOT NULL UNION "
                 "SELECT DISTINCT host, gpu FROM gpu_sample WHERE gpu IS NOT NULL UNION "
                 "SELECT DISTINCT host, gpu FROM topology WHERE gpu IS NOT NULL").fetchall():
-            place.known_gpus.setdefault(host or "", set()).add(_pci(gpu))
+            place.known_gpus.setdefault(host or "", set()).add(gpu_id(gpu))
         return place
 
     def ranks_at(self, host: str | None, gpu: str | None) -> list[int]:
         return sorted(r for r, (h, g) in self.rank_place.items()
                       if h == host and (gpu is None or g == gpu))
-
-
-def _pci(gpu: str | None) -> str | None:
-    return (normalize_pci(gpu) or gpu) if gpu else None
 
 
 @dataclass
@@ -206,7 +203,7 @@ class Engine:
                 row["host"] = row.get("host") or host
                 row["gpu"] = row.get("gpu") or gpu
         if row.get("gpu"):
-            row["gpu"] = _pci(row["gpu"])
+            row["gpu"] = gpu_id(row["gpu"])
         ts = row.get("ts")
         row["at"] = ts - timedelta(seconds=self.offsets.get(row.get("host") or "", 0.0)) if ts else None
         return row
@@ -548,7 +545,7 @@ def describe(c: Candidate, causes: dict[str, dict[str, Any]], groups: list[Sympt
     kinds = Counter(g.kind for g in mine)
     parts = [f"{causes[c.cause]['title']} on {where}"]
     if c.first_seen:
-        parts.append(f"first seen {c.first_seen.isoformat(timespec='seconds')}Z")
+        parts.append(f"first seen {iso(c.first_seen, 'seconds')}")
     sentence = ", ".join(parts) + f": {text[:160]}"
     if c.absorbed:
         sentence += f" (with {', '.join(sorted(set(c.absorbed)))} at the same place)"

@@ -17,12 +17,13 @@ import duckdb
 import yaml
 
 import playbooks
-from collectors.base import normalize_pci
+from collectors.base import gpu_id
 from collectors.catalog import package_text
 from collectors.framework.vocabulary import LAYERS
 from workbench.analysis.causes import load_causes
 from workbench.errors import GpuwbError
 from workbench.store.schema import EVIDENCE_TABLES
+from workbench.times import iso
 
 WORKLOADS = ("training", "inference")
 ROLES = ("cause", "locator")
@@ -412,7 +413,7 @@ def run_rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any], *
         if row["strength"] is None:
             row["strength"] = default_strength
         if row["gpu"]:
-            row["gpu"] = normalize_pci(row["gpu"]) or row["gpu"]
+            row["gpu"] = gpu_id(row["gpu"])
         rows.append(row)
     return rows, total
 
@@ -463,7 +464,7 @@ def evaluate_step(con: duckdb.DuckDBPyConnection, step: Step) -> dict[str, Any]:
         return out
     for row in rows:
         ts = row.get("ts")
-        out["evidence"].append({"ts": ts.isoformat() + "Z" if ts else None, "host": row.get("host"),
+        out["evidence"].append({"ts": iso(ts, "auto"), "host": row.get("host"),
                                 "text": row.get("text"), "status": row.get("status") or "attention"})
     if out["evidence"]:
         out["status"] = "attention" if any(e["status"] == "attention" for e in out["evidence"]) else "ok"

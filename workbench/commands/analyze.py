@@ -61,7 +61,7 @@ _MARK = {"fault": "FAULT", "suspect": "suspect", "clear": "clear", "no_evidence"
 
 def render(result: Analysis, *, top: int = 5) -> str:
     """The analysis as a responder reads it in a terminal."""
-    from workbench.analysis.findings import iso
+    from workbench.times import iso
 
     out: list[str] = []
     start, end = result.window

@@ -22,6 +22,8 @@ import random
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from workbench.times import iso
+
 TITLE = "Llama 3 70B chat: p99 latency SLO breach and OOM restarts under a traffic surge"
 NAMESPACE = "serving"
 MODEL = "meta-llama/Meta-Llama-3-70B-Instruct"
@@ -180,19 +182,15 @@ def write(root: Path) -> None:
     _write(root / "k8s" / "pods.json", json.dumps(_pods(), indent=4) + "\n", CAPTURED)
 
 
-def _iso(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _event(n: int, kind: str, name: str, reason: str, message: str, first: datetime, last: datetime | None = None,
            count: int = 1, etype: str = "Normal", component: str = "kubelet", host: str | None = None) -> dict:
     last = last or first
-    return {"apiVersion": "v1", "kind": "Event", "count": count, "firstTimestamp": _iso(first),
-            "lastTimestamp": _iso(last), "involvedObject": {"apiVersion": "v1", "kind": kind, "name": name,
+    return {"apiVersion": "v1", "kind": "Event", "count": count, "firstTimestamp": iso(first, "seconds"),
+            "lastTimestamp": iso(last, "seconds"), "involvedObject": {"apiVersion": "v1", "kind": kind, "name": name,
                                                             "namespace": NAMESPACE},
             "message": message, "reason": reason, "type": etype,
             "metadata": {"name": f"{name}.{0x17f3a2c9e5b8d000 + n:x}", "namespace": NAMESPACE,
-                         "creationTimestamp": _iso(first)},
+                         "creationTimestamp": iso(first, "seconds")},
             "reportingComponent": component, "source": {"component": component, **({"host": host} if host else {})}}
 
 
@@ -244,10 +242,11 @@ def _pods() -> dict:
         status: dict = {"name": "vllm", "ready": True, "restartCount": 0, "image": "vllm/vllm-openai:v0.6.3",
                         "state": {"running": {"startedAt": "2026-03-20T08:12:44Z"}}, "lastState": {}}
         if i in OOM:
-            status.update(restartCount=1, state={"running": {"startedAt": _iso(OOM[i] + timedelta(seconds=2))}},
+            restarted = iso(OOM[i] + timedelta(seconds=2), "seconds")
+            status.update(restartCount=1, state={"running": {"startedAt": restarted}},
                           lastState={"terminated": {"exitCode": 137, "reason": "OOMKilled",
                                                     "startedAt": "2026-03-20T08:12:44Z",
-                                                    "finishedAt": _iso(OOM[i])}})
+                                                    "finishedAt": iso(OOM[i], "seconds")}})
         items.append({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": pod, "namespace": NAMESPACE, "labels": {"app": "vllm-llama3-70b"}},

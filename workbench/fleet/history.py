@@ -27,10 +27,10 @@ import pyarrow.parquet as pq
 
 from collectors.base import normalize_pci
 from workbench import __version__
-from workbench.analysis.findings import parse_iso
 from workbench.errors import GpuwbError
 from workbench.store import journal
 from workbench.store.bundle import Bundle, utc_naive
+from workbench.times import iso, parse_iso
 
 HISTORY_ENV = "GPUWB_HISTORY"
 """Where ``--history`` points when it is not given."""
@@ -145,7 +145,7 @@ class PastIncident:
 
     def to_json(self) -> dict[str, Any]:
         return {"incident_id": self.incident_id, "date": date_of(self.started_at),
-                "started_at": _iso(self.started_at), "title": self.title, "causes": list(self.causes),
+                "started_at": iso(self.started_at, "seconds"), "title": self.title, "causes": list(self.causes),
                 "host": self.host, "gpu": self.gpu, "xids": list(self.xids)}
 
 
@@ -543,10 +543,6 @@ def history_dir(option: str | None) -> str | None:
 
 def date_of(ts: datetime | None) -> str:
     return ts.strftime("%Y-%m-%d") if ts else "undated"
-
-
-def _iso(ts: datetime | None) -> str | None:
-    return ts.isoformat(timespec="seconds") + "Z" if ts else None
 
 
 def incidents_phrase(incidents: list[dict[str, Any]], *, hosts: bool = False) -> str:

@@ -27,6 +27,7 @@ from workbench.postmortem.svg import Lane, Mark, line_chart, swimlane
 from workbench.query import events as query
 from workbench.store import journal
 from workbench.store.bundle import Bundle, BundleDamaged, utc_naive
+from workbench.times import iso, parse_iso
 
 FORMATS = ("md", "html", "json")
 ACTION_PRIORITY = {"monitoring": "P1", "isolation": "P1", "change_control": "P2", "drills": "P3"}
@@ -161,7 +162,7 @@ def _ts(value: Any) -> datetime | None:
     if isinstance(value, datetime):
         return utc_naive(value)
     try:
-        return utc_naive(datetime.fromisoformat(str(value).replace("Z", "+00:00")))
+        return parse_iso(str(value))
     except ValueError:
         return None
 
@@ -204,7 +205,7 @@ def _times(bundle: Bundle, state: journal.JournalState, start: datetime | None, 
     for which in journal.TIME_KINDS:
         entry = state.times.get(which)
         if entry:
-            out[which] = {"ts": journal.parse_ts(entry.body.get("ts")), "approx": False, "by": entry.author}
+            out[which] = {"ts": parse_iso(entry.body.get("ts")), "approx": False, "by": entry.author}
         else:
             out[which] = _inferred_time(bundle, which, start, end, symptoms)
     for name, which in (("ttd", "detection"), ("ttm", "mitigation"), ("ttr", "recovery")):
@@ -578,7 +579,7 @@ def _timeline(bundle: Bundle, state: journal.JournalState, times: dict[str, Any]
                          "artifact": None, "line": None, "gpu": None, "rank": None, "more": 0, "more_hosts": 0,
                          "mark": name})
     for note in state.notes:
-        when = journal.parse_ts(note.body.get("ts")) or note.at
+        when = parse_iso(note.body.get("ts")) or note.at
         rows.append({"ts": when, "approx": False, "kind": "note", "layer": None, "host": None, "severity": None,
                      "text": note.body.get("text", ""), "who": note.author, "artifact": None, "line": None,
                      "gpu": None, "rank": None, "more": 0, "more_hosts": 0, "mark": None})
@@ -854,7 +855,7 @@ def render(model: dict[str, Any], fmt: str) -> str:
 
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
-        return value.isoformat() + "Z"
+        return iso(value, "auto")
     if isinstance(value, timedelta):
         return value.total_seconds()
     return str(value)

@@ -25,6 +25,7 @@ from workbench import __version__
 from workbench.errors import GpuwbError
 from workbench.ingest.derivations.version_skew import host_versions
 from workbench.store.bundle import Bundle
+from workbench.times import iso
 
 FORMAT = "gpuwb-baseline"
 VERSION = 1
@@ -229,7 +230,7 @@ def build(bundle: Bundle, *, host: str | None = None, source: str = "") -> dict[
     seal = bundle.last_seal()
     return {
         "format": FORMAT, "version": VERSION, "tool": f"gpuwb {__version__}",
-        "saved_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "saved_at": iso(datetime.now(timezone.utc), "seconds"),
         "accepted_at": meta.get("capture_started") or meta.get("created_at"),
         "source": {"bundle": source, "incident_id": meta.get("incident_id"),
                    "root_digest": seal["root_digest"] if seal else None},

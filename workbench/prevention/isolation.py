@@ -32,6 +32,7 @@ from collectors.catalog import package_text
 from workbench.analysis.causes import load_causes
 from workbench.errors import GpuwbError
 from workbench.store.bundle import Bundle
+from workbench.times import iso
 
 FAMILIES = ("slurm", "kubectl", "kubernetes", "freeze")
 BODY = {"slurm": "argv", "kubectl": "argv", "kubernetes": "object", "freeze": "record"}
@@ -256,8 +257,8 @@ def rules_for(places: list[Place], context: Context, catalog: dict[str, Any] | N
             "reservation": slurm_word(f"gpuwb-{incident}-rerun"),
             "name": f"gpuwb-{dns_label(incident)}-{dns_label(place.cause, 24)}",
             "namespace": _valid(_DNS_LABEL, context.namespace),
-            "freeze_start": start.isoformat() + "Z",
-            "freeze_end": (start + timedelta(hours=int(merged["freeze_hours"]))).isoformat() + "Z",
+            "freeze_start": iso(start, "auto"),
+            "freeze_end": iso(start + timedelta(hours=int(merged["freeze_hours"])), "auto"),
             "freeze_reason": f"{place.cause} in incident {context.incident}: {summary}",
         }
         for family in FAMILIES:
@@ -449,7 +450,7 @@ def _attrs(value: Any) -> dict[str, Any]:
 
 
 def _change(ts: datetime | None, host: str | None, attrs: dict[str, Any]) -> dict[str, Any]:
-    record = {"ts": ts.isoformat() + "Z" if ts else None, "host": host}
+    record = {"ts": iso(ts, "auto"), "host": host}
     record.update({k: one_line(attrs[k]) for k in ("what", "from_version", "version", "who") if attrs.get(k)})
     return {k: v for k, v in record.items() if v is not None}
 

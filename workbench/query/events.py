@@ -14,6 +14,7 @@ from typing import Any
 
 from workbench.store.bundle import Bundle, utc_naive
 from workbench.store.schema import EVIDENCE_TABLES
+from workbench.times import iso
 
 EVENT_COLUMNS = ("id", "ts", "ts_approx", "ts_origin", "ts_raw", "host", "source", "layer", "kind", "severity",
                  "gpu", "rank", "job", "message", "attrs", "artifact", "line")
@@ -262,7 +263,7 @@ def _row(values: tuple[Any, ...]) -> dict[str, Any]:
 def event_json(row: dict[str, Any]) -> dict[str, Any]:
     """An event in the ``gpuwb timeline --json`` shape (docs/cli.md)."""
     ts = row["ts"]
-    return {"ts": ts.isoformat(timespec="microseconds") + "Z" if ts else None,
+    return {"ts": iso(ts, "microseconds"),
             "ts_approx": bool(row["ts_approx"]), "host": row["host"], "source": row["source"],
             "layer": row["layer"], "kind": row["kind"], "severity": row["severity"], "gpu": row["gpu"],
             "rank": row["rank"], "job": row["job"], "message": row["message"], "attrs": row["attrs"],

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from collectors.base import normalize_pci
+from collectors.base import gpu_id
 
 
 @dataclass
@@ -85,7 +85,7 @@ def rank_places(con: duckdb.DuckDBPyConnection) -> dict[int, RankPlace]:
             continue
         (claim.hosts if placed_by else claim.nccl_hosts).add(host)
         if gpu:
-            claim.gpus.add(normalize_pci(gpu) or gpu)
+            claim.gpus.add(gpu_id(gpu))
         if pid is not None:
             claim.pids.add((host, pid))
         device = int(index) if pinned or (dev is None and str(index or "").isdigit()) else dev
@@ -167,12 +167,12 @@ def _gpus_from_processes(con: duckdb.DuckDBPyConnection, places: dict[int, RankP
             "WHERE (extra->'processes') IS NOT NULL").fetchall():
         for proc in json.loads(procs_text or "[]"):
             if isinstance(proc, dict) and isinstance(proc.get("pid"), int) and gpu:
-                owner[(host, proc["pid"])].add(normalize_pci(gpu) or gpu)
+                owner[(host, proc["pid"])].add(gpu_id(gpu))
     for host, pid, gpu in con.execute(
             "SELECT host, TRY_CAST(attrs->>'pid' AS BIGINT), gpu FROM event WHERE kind = 'xid' AND host IS NOT NULL "
             "AND gpu IS NOT NULL").fetchall():
         if pid:
-            owner[(host, pid)].add(normalize_pci(gpu) or gpu)
+            owner[(host, pid)].add(gpu_id(gpu))
     for place in places.values():
         gpus = owner.get((place.host, place.pid)) if place.gpu is None else None
         if gpus and len(gpus) == 1:
@@ -190,7 +190,7 @@ def _gpus_from_devices(con: duckdb.DuckDBPyConnection, places: dict[int, RankPla
             'SELECT host, "index", gpu FROM gpu_inventory WHERE "index" IS NOT NULL AND gpu IS NOT NULL UNION '
             "SELECT host, CAST(extra->>'index' AS INTEGER), gpu FROM gpu_sample "
             "WHERE (extra->>'index') IS NOT NULL AND gpu IS NOT NULL").fetchall():
-        index[(host, idx)].add(normalize_pci(gpu) or gpu)
+        index[(host, idx)].add(gpu_id(gpu))
     for host, ranks in by_host.items():
         devices = [p.device for p in ranks if p.device is not None]
         if len(devices) != len(set(devices)):

@@ -23,6 +23,7 @@ from typing import Any
 from workbench.query import series
 from workbench.query.events import time_bounds
 from workbench.store.bundle import Bundle, utc_naive
+from workbench.times import parse_iso
 
 SAMPLE_AGGREGATES: dict[str, str] = {
     "temp_c": "max", "power_w": "max", "power_limit_w": "max", "sm_clock_mhz": "min", "mem_clock_mhz": "min",
@@ -305,7 +306,7 @@ def anomalies(bundle: Bundle) -> list[Anomaly]:
         a = json.loads(attrs) if attrs else {}
         end = a.get("end")
         out.append(Anomaly(
-            onset=ts, end=utc_naive(datetime.fromisoformat(end.replace("Z", "+00:00"))) if end else None,
+            onset=ts, end=parse_iso(end),
             kind=kind, metric=a.get("metric"), stat=a.get("stat"), unit=a.get("unit") or "", host=host,
             labels=tuple(sorted((k, str(v)) for k, v in a.items() if k not in _ANOMALY_ATTRS and v is not None)),
             baseline=a.get("baseline"), peak=a.get("peak"), severity=severity, message=message or ""))

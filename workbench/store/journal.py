@@ -30,7 +30,8 @@ from typing import Any
 
 from collectors.framework.vocabulary import LAYERS, VERDICTS
 from workbench.errors import InputError
-from workbench.store.bundle import Bundle, BundleError, utc_naive
+from workbench.store.bundle import Bundle, BundleError
+from workbench.times import iso
 
 PRIORITIES = ("P0", "P1", "P2", "P3")
 ACTION_STATUSES = ("open", "in_progress", "done", "dropped")
@@ -108,11 +109,6 @@ def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
     return value
 
 
-def _iso(ts: datetime | None) -> str | None:
-    naive = utc_naive(ts)
-    return naive.isoformat() + "Z" if naive else None
-
-
 def _append(bundle: Bundle, author: str, kind: str, target: str, body: dict[str, Any],
             at: datetime | None) -> int:
     _require_writable(bundle)
@@ -124,7 +120,7 @@ def add_note(bundle: Bundle, author: str, text: str, *, ts: datetime | None = No
     """A responder's note; ``ts`` places it on the incident timeline (default: when it was written)."""
     if not text.strip():
         raise InputError("a note needs text")
-    return _append(bundle, author, "note", "", {"text": text, "ts": _iso(ts)}, at)
+    return _append(bundle, author, "note", "", {"text": text, "ts": iso(ts, "auto")}, at)
 
 
 def set_verdict(bundle: Bundle, author: str, layer: str, verdict: str, reason: str = "", *,
@@ -202,7 +198,7 @@ def add_retro(bundle: Bundle, author: str, category: str, text: str, *, at: date
 def set_time(bundle: Bundle, author: str, which: str, ts: datetime, *, at: datetime | None = None) -> int:
     """When the incident was detected, mitigated or recovered (UTC)."""
     _choice(which, TIME_KINDS, "incident time")
-    return _append(bundle, author, "time", which, {"ts": _iso(ts)}, at)
+    return _append(bundle, author, "time", which, {"ts": iso(ts, "auto")}, at)
 
 
 def set_field(bundle: Bundle, author: str, name: str, value: str, *, at: datetime | None = None) -> int:
@@ -229,13 +225,6 @@ def entries(bundle: Bundle) -> list[Entry]:
     rows = bundle.con.execute("SELECT id, at_ts, author, kind, target, body FROM journal ORDER BY id").fetchall()
     return [Entry(id=r[0], at=r[1], author=r[2], kind=r[3], target=r[4] or "", body=json.loads(r[5]) if r[5] else {})
             for r in rows]
-
-
-def parse_ts(value: str | None) -> datetime | None:
-    """A journal timestamp (ISO, 'Z' suffix) back to naive UTC."""
-    if not value:
-        return None
-    return utc_naive(datetime.fromisoformat(value.replace("Z", "+00:00")))
 
 
 def state(bundle: Bundle) -> JournalState:

@@ -18,7 +18,7 @@ from datetime import datetime
 from rich.style import StyleType
 from rich.text import Text
 
-from workbench.analysis.findings import parse_iso
+from workbench.times import parse_iso
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 _VERDICT_STYLES = {"fault": "bold red", "suspect": "yellow", "clear": "green", "no_evidence": "dim"}

@@ -7,9 +7,10 @@ import json
 
 from tests.conftest import run_cli
 from workbench.analysis.engine import analyze
-from workbench.analysis.findings import Analysis, iso
+from workbench.analysis.findings import Analysis
 from workbench.demo import SCENARIOS, run_scenario
 from workbench.store.bundle import Bundle
+from workbench.times import iso
 
 
 def test_round_trip_and_typed_fields_agree_with_the_json(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 
 from workbench.store import journal
 from workbench.store.bundle import Bundle, BundleError
+from workbench.times import parse_iso
 
 T0 = datetime(2026, 3, 14, 9, 30)
 
@@ -56,7 +57,7 @@ def test_retracted_note_disappears_from_state_but_stays_in_history(bundle):
     journal.retract(bundle, "alice", gone, "wrong guess", at=T0)
     st = journal.state(bundle)
     assert [n.id for n in st.notes] == [keep]
-    assert journal.parse_ts(st.notes[0].body["ts"]) == T0
+    assert parse_iso(st.notes[0].body["ts"]) == T0
     assert any(e.id == gone for e in st.entries)
 
 
@@ -67,7 +68,7 @@ def test_times_fields_summary_and_root_cause(bundle):
     journal.mark_root_cause(bundle, "bob", "gpu_fell_off_bus", host="node03", gpu="0000:5d:00.0")
     journal.add_retro(bundle, "carol", "lucky", "Checkpoint had just been written")
     st = journal.state(bundle)
-    assert journal.parse_ts(st.times["detection"].body["ts"]) == T0
+    assert parse_iso(st.times["detection"].body["ts"]) == T0
     assert st.fields["severity"].body["value"] == "SEV2"
     assert st.summary.body["text"] == "GPU fell off the bus."
     assert st.root_cause.body["gpu"] == "0000:5d:00.0" and st.root_cause.author == "bob"

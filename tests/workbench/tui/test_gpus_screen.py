@@ -13,7 +13,7 @@ from workbench.query.samples import Gpu, Samples
 from workbench.store.bundle import Bundle
 from workbench.store.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
-from workbench.tui.screens.gpus import GpusScreen, bus_key, render_detail, strip
+from workbench.tui.screens.gpus import GpusScreen, render_detail, strip
 
 
 def _detail(app: Cockpit) -> str:
@@ -52,7 +52,6 @@ async def test_the_blamed_gpu_is_first_and_marked(training_incident, size):
 def test_strip_scales_between_extremes_and_leaves_gaps():
     assert strip([78, 91, None, 84.5]) == "▁█ ▅"
     assert strip([5, 5]) == "▄▄" and strip([0, 0]) == "▁▁" and strip([None]) == " "
-    assert bus_key("00000000:5D:00.0") == bus_key("0000:5d:00.0") == "0000:5d:00.0"
 
 
 

@@ -12,6 +12,7 @@ from workbench.analysis import playbook_review
 from workbench.store import journal
 from workbench.store.bundle import Bundle
 from workbench.store.shared_bundle import SharedBundle
+from workbench.times import parse_iso
 from workbench.tui.app import Cockpit
 from workbench.tui.dialogs import ActionItemDialog, NoteDialog, RootCauseDialog, TimesDialog, VerdictDialog
 from workbench.tui.screens.playbook import Node, PlaybookScreen
@@ -91,7 +92,7 @@ async def test_verdict_with_reason_and_pinned_note_survive_a_restart(incident):
     assert state.verdicts["hardware"].body == {"verdict": "clear", "reason": "replaced riser"}
     assert state.check_verdicts[hardware[0].id].body["verdict"] == hardware[0].verdict
     mine = next(n for n in state.notes if n.author == "alice")
-    assert journal.parse_ts(mine.body["ts"]) == pinned_row["ts"]  # pinned to the event's time
+    assert parse_iso(mine.body["ts"]) == pinned_row["ts"]  # pinned to the event's time
 
 
 async def test_a_layer_is_not_called_clear_while_a_check_is_unreviewed(incident):
@@ -171,7 +172,7 @@ async def test_root_cause_action_items_severity_and_times(incident):
     assert (action.title, action.owner, action.status, action.created_by) == \
         ("Alert on PCIe AER uncorrected errors", "hw-team", "done", "alice")
     assert state.fields["severity"].body["value"] == "SEV2"
-    assert journal.parse_ts(state.times["recovery"].body["ts"]) == datetime(2026, 3, 14, 10, 20)
+    assert parse_iso(state.times["recovery"].body["ts"]) == datetime(2026, 3, 14, 10, 20)
     assert state.times["recovery"].author == "alice"
 
 

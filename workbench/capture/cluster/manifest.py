@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from workbench.errors import UsageError
+from workbench.times import iso
 
 BUNDLES = "/bundles"
 """Where the shared volume is mounted in every pod."""
@@ -73,7 +74,7 @@ def check(options: ManifestOptions) -> None:
 def capture_args(options: ManifestOptions) -> list[str]:
     """The container's command: ``$(NODE_NAME)`` is expanded by Kubernetes from the pod's env, not a shell."""
     argv = ["gpuwb", "capture", "-o", f"{BUNDLES}/$(NODE_NAME).duckdb", "--since",
-            options.since.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            iso(options.since, "seconds"),
             "--title", f"{options.name}: $(NODE_NAME)"]
     if options.safe:
         argv.append("--safe")

@@ -35,6 +35,7 @@ from workbench.capture.recorder.ring import RingRecord, read_ring, records_by_so
 from workbench.ingest.merge import merge_bundles
 from workbench.ingest.session import STORED, ingest_paths
 from workbench.store.bundle import Bundle
+from workbench.times import iso
 
 SETTLE_S = 2.0
 """Extra wait after ``--after`` so that the recorder's last poll of the window is on disk."""
@@ -44,8 +45,9 @@ CAPTURE_STOP_GRACE_S = 30.0
 """How long a capture stopped at its timeout gets to kill what its collectors started and end."""
 
 
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="seconds")
+def _epoch_iso(epoch: float) -> str:
+    """A recorder clock reading (epoch seconds) as the capture meta spells it: seconds, ``+00:00``."""
+    return iso(_utc(epoch), "seconds", z=False)
 
 
 def _utc(epoch: float) -> datetime:
@@ -82,11 +84,12 @@ def stage(records: list[RingRecord], folder: Path) -> dict[str, Any]:
                 stamp = when.strftime("%Y%m%dT%H%M%S.") + f"{when.microsecond // 1000:03d}Z"
                 # the header a live `gpuwb capture --prom` scrape starts with: the page's time and instance
                 mark = (f"# gpuwb-scrape url={urllib.parse.quote(url, safe=':/?&=%')} "
-                        f"time={when.isoformat(timespec='microseconds').replace('+00:00', 'Z')}\n")
+                        f"time={iso(when, 'microseconds')}\n")
                 (folder / _file_name(f"{instance}-{stamp}", n, ".prom")).write_bytes(_redacted(mark + record.text))
             summary["prom_pages"] += len(group)
         elif kind == "note":
-            summary["notes"] += [_redacted(f"{_iso(r.t)} {r.text}").decode("utf-8", "surrogateescape") for r in group]
+            summary["notes"] += [_redacted(f"{_epoch_iso(r.t)} {r.text}").decode("utf-8", "surrogateescape")
+                                 for r in group]
     summary["sources"] = [_redacted(line).decode("utf-8", "surrogateescape") for line in summary["sources"]]
     return summary
 
@@ -151,7 +154,7 @@ def add_window(bundle: Bundle, records: list[RingRecord], *, host: str, name: st
             os.chdir(here)
     stored = [r for r in results if r.status in STORED]
     what = (f"{summary['lines']} lines, {summary['nvml_samples']} NVML readings, {summary['prom_pages']} "
-            f"Prometheus pages from {_iso(since)} to {_iso(until)}")
+            f"Prometheus pages from {_epoch_iso(since)} to {_epoch_iso(until)}")
     status = "ok" if stored or not records else "partial"
     bundle.record_capture(name, host=host, status=status, reason=what if status == "ok" else
                           f"{what}; nothing could be stored", started_at=_utc(since),
@@ -163,7 +166,7 @@ def add_window(bundle: Bundle, records: list[RingRecord], *, host: str, name: st
 def run_capture(config: RecorderConfig, spec: dict[str, Any], since: float, folder: Path) -> tuple[Path | None, str]:
     """The normal one-shot capture in its own process. (bundle or None, why not)."""
     out = folder / "capture.duckdb"
-    argv = [sys.executable, "-m", "workbench.cli", "capture", "-o", str(out), "--since", _iso(since),
+    argv = [sys.executable, "-m", "workbench.cli", "capture", "-o", str(out), "--since", _epoch_iso(since),
             "--title", f"capture after {spec['trigger']['reason']}"]
     if spec.get("kernel_source") in HOST_KERNEL_SOURCES:
         argv += ["--skip", "kernel"]  # the ring already holds this host's kernel log for the window
@@ -215,8 +218,8 @@ def freeze(spec: dict[str, Any]) -> Path:
     partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
     title = f"{trigger['reason']} on {host} (gpuwb record)"
     try:
-        with Bundle.create(partial, title=title, meta={"captured_on": host, "capture_started": _iso(at),
-                                                       "since": _iso(since)}) as bundle:
+        with Bundle.create(partial, title=title, meta={"captured_on": host, "capture_started": _epoch_iso(at),
+                                                       "since": _epoch_iso(since)}) as bundle:
             os.chmod(partial, 0o600)
             add_window(bundle, records, host=host, name="recorder", since=since, until=at,
                        extra={**extra, "unreadable_ring_lines": torn})

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from collectors.base import Event, to_utc
+from collectors.base import Event
 from workbench.query import series
+from workbench.times import iso
 
 if TYPE_CHECKING:
     import numpy as np
@@ -319,15 +320,11 @@ def _event(kind: str, layer: str, severity: str, curve: _Finite, onset: Onset, t
     attrs: dict[str, Any] = {
         "metric": signal.metric, "stat": signal.stat, "unit": signal.unit,
         "baseline": _finite(onset.baseline), "peak": _finite(onset.peak), "z": _finite(onset.z),
-        "onset": _iso(start), "end": _iso(end), "points": onset.end - onset.start + 1,
+        "onset": iso(start, "auto"), "end": iso(end, "auto"), "points": onset.end - onset.start + 1,
         "method": method, "series": signal.source}
     attrs.update(signal.identity)
     return Event(kind=kind, message=text, ts=start, ts_approx=signal.approx, host=signal.host, layer=layer,
                  severity=severity, attrs=attrs)
-
-
-def _iso(when: datetime) -> str:
-    return to_utc(when).isoformat().replace("+00:00", "Z")
 
 
 def _finite(value: float) -> float | None:

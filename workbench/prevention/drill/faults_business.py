@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from workbench.prevention.drill import lines as fmt
 from workbench.prevention.drill.registry import fault
 from workbench.prevention.drill.serving import Service
+from workbench.times import iso
 
 
 def _overload(p: int, s: dict[str, float], level: float) -> None:
@@ -60,7 +60,7 @@ def bad_change_inference(svc: Service) -> None:
     d.title = f"{svc.model}: error rate up"
     d.place_host = False
     new = d.rng.randint(7, 30)
-    svc.changes.append({"ts": fmt.iso_z(d.fault), "what": f"model {svc.model}", "version": f"v{new}", "from_version": f"v{new - 1}",
+    svc.changes.append({"ts": iso(d.fault, "seconds"), "what": f"model {svc.model}", "version": f"v{new}", "from_version": f"v{new - 1}",
                         "who": "ci-bot", "note": "new chat template and stop-sequence handling"})
     share = d.rng.uniform(0.15, 0.3)
 
@@ -77,7 +77,7 @@ def quantization_regression_inference(svc: Service) -> None:
     d = svc.d
     d.title = f"{svc.model}: latency and errors up after a release"
     d.place_host = False
-    svc.changes.append({"ts": fmt.iso_z(d.fault), "what": f"model {svc.model}", "version": "fp8-dynamic", "from_version": "bf16",
+    svc.changes.append({"ts": iso(d.fault, "seconds"), "what": f"model {svc.model}", "version": "fp8-dynamic", "from_version": "bf16",
                         "who": "ci-bot", "note": "FP8 weight quantization to halve the GPU count"})
     share = d.rng.uniform(0.06, 0.12)
 

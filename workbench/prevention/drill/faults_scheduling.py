@@ -47,7 +47,7 @@ def node_drained_training(job: Job) -> None:
                       (d.fault, f"update_node: node {d.culprit} state set to DOWN"),
                       (d.fault + timedelta(milliseconds=40), f"Killing JobId={d.job} on failed node {d.culprit}")]
     d.add("slurm/sinfo-R.txt", "REASON               USER      TIMESTAMP           NODELIST",
-          f"maintenance: BMC fir root      {fmt.iso(d.fault)} {d.culprit}")
+          f"maintenance: BMC fir root      {fmt.slurm_time(d.fault)} {d.culprit}")
     job.stop(d.fault, dead={r for r in range(d.nranks) if d.host_of(r) == d.culprit})
     job.state, job.exit_code = "NODE_FAIL", "0:0"
 

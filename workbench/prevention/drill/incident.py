@@ -15,6 +15,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from workbench.times import iso
+
 BUS_POOL = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
 """PCI buses of the eight GPUs of an HGX H100 board, as nvidia-smi and the kernel name them."""
 HOST_STEMS = ("node", "gpu", "hgx", "dgx", "trn")
@@ -38,11 +40,8 @@ class Truth:
     def to_json(self) -> dict[str, Any]:
         return {"cause": self.cause, "layer": self.layer, "workload": self.workload, "seed": self.seed,
                 "host": self.host, "gpu": self.gpu, "rank": self.rank,
-                "injected_at": _iso(self.injected_at), "detected_at": _iso(self.detected_at), "title": self.title}
-
-
-def _iso(when: datetime) -> str:
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+                "injected_at": iso(self.injected_at, "microseconds"),
+                "detected_at": iso(self.detected_at, "microseconds"), "title": self.title}
 
 
 @dataclass

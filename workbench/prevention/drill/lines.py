@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
+from workbench import times
+
 
 def dmesg(boot: datetime, when: datetime, text: str) -> str:
     """dmesg without -T: seconds since boot, ``[%5lu.%06lu]``
@@ -110,19 +112,14 @@ def elastic(when: datetime, level: str, pid: int, where: str, text: str) -> str:
             f"torch/distributed/elastic/{where}] {text}")
 
 
-def iso(when: datetime) -> str:
+def slurm_time(when: datetime) -> str:
     """An ISO-8601 time without zone, as sacct and slurmctld print it."""
     return when.strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def iso_z(when: datetime) -> str:
-    """An ISO-8601 UTC time to the second with ``Z``, as Kubernetes and change logs write it."""
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def slurmctld(when: datetime, text: str) -> str:
     """A slurmctld.log line: ``[2025-03-01T14:03:10.448] …``."""
-    return f"[{iso(when)}.{when.microsecond // 1000:03d}] {text}"
+    return f"[{slurm_time(when)}.{when.microsecond // 1000:03d}] {text}"
 
 
 def sacct(rows: list[str]) -> str:
@@ -139,7 +136,7 @@ def k8s_event(name: str, when: datetime, reason: str, message: str, kind: str, o
     https://kubernetes.io/docs/reference/kubernetes-api/cluster-resources/event-v1/; count, timestamps and
     involvedObject as https://github.com/sapcc/helm-charts/pull/548 shows an event); ``name`` is the part
     after ``obj.`` in the event's own name. The optional fields are written only when given."""
-    stamp = iso_z(when)
+    stamp = times.iso(when, "seconds")
     involved = {"apiVersion": "v1" if kind == "Pod" else "apps/v1", "kind": kind, "name": obj, "namespace": namespace}
     metadata = {"creationTimestamp": stamp, "name": f"{obj}.{name}", "namespace": namespace}
     if object_uid:

@@ -18,6 +18,7 @@ from collectors.framework.vocabulary import LAYERS
 from workbench.errors import InputError
 from workbench.store import journal
 from workbench.store.bundle import Bundle
+from workbench.times import iso, parse_iso
 
 ANSWER_KEYS = ("cause", "layer", "host", "gpu", "injected_at", "detected_at")
 
@@ -44,7 +45,7 @@ class Scorecard:
                 "layers": self.layers, "layers_right": sum(1 for v in self.layers.values() if v["right"] is True),
                 "layers_judged": sum(1 for v in self.layers.values() if v["right"] is not None),
                 "time_to_mark_s": self.time_to_mark_s,
-                "started_at": self.started_at.isoformat() + "Z" if self.started_at else None}
+                "started_at": iso(self.started_at, "auto")}
 
 
 def load_answer(folder: Path) -> dict[str, Any]:
@@ -65,13 +66,13 @@ def score(bundle: Bundle, truth: dict[str, Any]) -> Scorecard:
     """Compare the bundle's journal with ``truth``."""
     state = journal.state(bundle)
     created = bundle.meta().get("created_at")
-    started = datetime.fromisoformat(created) if created else None
+    started = parse_iso(created)
     mark = state.root_cause
     marked = None
     cause_right, place_right, took = False, None, None
     if mark is not None:
         marked = {"cause": mark.body.get("cause"), "host": mark.body.get("host"), "gpu": mark.body.get("gpu"),
-                  "author": mark.author, "at": mark.at.isoformat() + "Z"}
+                  "author": mark.author, "at": iso(mark.at, "auto")}
         cause_right = mark.body.get("cause") == truth["cause"]
         place_right = _place_right(mark.body, truth)
         took = round((mark.at - started).total_seconds(), 1) if started else None

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 
 from workbench.prevention.drill import lines as fmt
 from workbench.prevention.drill.incident import Drill
+from workbench.times import iso
 
 SCRAPE_S = 30
 SCRAPES = 30
@@ -173,7 +174,7 @@ def _routine(svc: Service) -> None:
     svc.event(when + timedelta(seconds=2), "Started", "Started container log-rotate", obj=f"log-rotate-{d.job}-x7k2p",
               node=d.hosts[0], typ="Normal")
     if rng.random() < 0.5:
-        svc.changes.append({"ts": fmt.iso_z(svc.t0 - timedelta(days=rng.randint(2, 6), hours=rng.randint(0, 9))),
+        svc.changes.append({"ts": iso(svc.t0 - timedelta(days=rng.randint(2, 6), hours=rng.randint(0, 9)), "seconds"),
                             "what": "vllm-serving config", "version": "max_num_seqs=256", "from_version": "max_num_seqs=192",
                             "who": "platform-bot"})
 
@@ -268,13 +269,13 @@ def _exposition(model: str, c: _Counters, s: dict[str, float]) -> str:
 
 def _container(svc: Service, i: int) -> dict:
     status = {"name": "vllm", "ready": True, "restartCount": 0, "image": IMAGE,
-              "state": {"running": {"startedAt": fmt.iso_z(svc.t0 - timedelta(days=1))}}}
+              "state": {"running": {"startedAt": iso(svc.t0 - timedelta(days=1), "seconds")}}}
     if svc.restart and i == svc.victim:
         reason, back = svc.restart
-        status.update(restartCount=1, state={"running": {"startedAt": fmt.iso_z(back)}},
+        status.update(restartCount=1, state={"running": {"startedAt": iso(back, "seconds")}},
                       lastState={"terminated": {"exitCode": 137 if reason == "OOMKilled" else 1, "reason": reason,
-                                                "startedAt": fmt.iso_z(svc.t0 - timedelta(days=1)),
-                                                "finishedAt": fmt.iso_z(svc.d.fault)}})
+                                                "startedAt": iso(svc.t0 - timedelta(days=1), "seconds"),
+                                                "finishedAt": iso(svc.d.fault, "seconds")}})
     return status
 
 
@@ -284,7 +285,7 @@ def _pods(svc: Service) -> str:
         items.append({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": pod, "namespace": NAMESPACE, "labels": {"app": "vllm"},
-                         "creationTimestamp": fmt.iso_z(svc.t0 - timedelta(days=1, minutes=i * 7))},
+                         "creationTimestamp": iso(svc.t0 - timedelta(days=1, minutes=i * 7), "seconds")},
             "spec": {"nodeName": svc.nodes[i], "containers": [{
                 "name": "vllm", "image": IMAGE, "args": ["--model", svc.model, "--tensor-parallel-size", "4"],
                 "resources": {"limits": {"memory": "96Gi", "nvidia.com/gpu": "4"}}}]},

@@ -238,10 +238,10 @@ def _slurm(job: Job) -> None:
     name = d.rng.choice(("llm-pretrain", "moe-sft", "gpt-ft", "llama-pretrain", "vit-huge"))
     step_state = "CANCELLED" if job.state in ("TIMEOUT", "PREEMPTED", "NODE_FAIL") else job.state
     step_exit = "0:15" if step_state == "CANCELLED" else job.exit_code
-    span = f"{fmt.iso(d.start)}|{fmt.iso(job.end)}"
+    span = f"{fmt.slurm_time(d.start)}|{fmt.slurm_time(job.end)}"
     d.texts["slurm/sacct.txt"] = fmt.sacct([
-        f"{d.job - 7}|eval-sweep|gpu|vision|16|COMPLETED|0:0|{fmt.iso(submit - timedelta(hours=5))}|"
-        f"{fmt.iso(submit - timedelta(hours=3, minutes=12))}|{d.hosts[-1]}",
+        f"{d.job - 7}|eval-sweep|gpu|vision|16|COMPLETED|0:0|{fmt.slurm_time(submit - timedelta(hours=5))}|"
+        f"{fmt.slurm_time(submit - timedelta(hours=3, minutes=12))}|{d.hosts[-1]}",
         f"{d.job}|{name}|gpu|ml-research|{cpus}|{job.state}|{job.exit_code}|{span}|{d.hostlist()}",
         f"{d.job}.batch|batch||ml-research|32|{step_state}|{step_exit}|{span}|{d.hosts[0]}",
         f"{d.job}.0|torchrun||ml-research|{cpus}|{step_state}|{step_exit}|{span}|{d.hostlist()}",

@@ -22,6 +22,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.events import Resize
 
+from collectors.base import gpu_id
 from workbench.analysis.findings import Analysis
 from workbench.prevention import baseline
 from workbench.prevention.baseline import Drift
@@ -39,15 +40,6 @@ SUMMARY_WIDTH = 34
 MIN_STRIP = 8
 BENIGN_THROTTLE = frozenset({"gpu_idle", "applications_clocks", "sync_boost", "display_clocks"})
 """Throttle reasons that are the normal state of a GPU rather than a symptom."""
-
-
-def bus_key(bus: str | None) -> str:
-    """A PCI bus id as one comparable string: ``00000000:5D:00.0`` and ``0000:5d:00.0`` are one GPU."""
-    text = (bus or "").strip().lower()
-    domain, sep, rest = text.partition(":")
-    if sep and rest.count(":") == 1 and len(domain) > 4:
-        text = domain[-4:] + ":" + rest
-    return text
 
 
 def strip(values: Sequence[float | None], width: int | None = None) -> str:
@@ -158,21 +150,21 @@ class GpusScreen(CockpitScreen):
         self._named = {}
         for h in (analysis.hypotheses if analysis else ()):
             if h.gpu:
-                self._named.setdefault((h.host, bus_key(h.gpu)), (h.rank, f"{h.layer}/{h.cause}"))
+                self._named.setdefault((h.host, gpu_id(h.gpu)), (h.rank, f"{h.layer}/{h.cause}"))
         self._paint_table()
 
     def named(self, gpu: Gpu) -> tuple[int, str] | None:
         """(rank, cause) of the best hypothesis naming this GPU; a hypothesis without a host names the
         bus id on any host."""
-        key = bus_key(gpu.gpu)
+        key = gpu_id(gpu.gpu)
         return self._named.get((gpu.host, key)) or self._named.get((None, key))
 
     def drift(self, g: Gpu) -> list[Drift]:
         """This GPU's drift from the accepted baseline, then its host's (driver, DCGM, bus bandwidth)."""
         if self._drift is None:
             return []
-        key = bus_key(g.gpu)
-        mine = [d for (host, bus), ds in self._drift.items() if host == g.host and bus and bus_key(bus) == key
+        key = gpu_id(g.gpu)
+        mine = [d for (host, bus), ds in self._drift.items() if host == g.host and bus and gpu_id(bus) == key
                 for d in ds]
         return mine + self._drift.get((g.host, None), [])
 

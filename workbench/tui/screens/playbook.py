@@ -30,6 +30,7 @@ from workbench.analysis.findings import Analysis, Check, Step
 from workbench.analysis.playbook_review import CheckRows, check_rows, clear_needs_reason, judge_check, unreviewed
 from workbench.store import journal
 from workbench.store.bundle import Bundle
+from workbench.times import parse_iso
 from workbench.tui.dialogs import (
     ActionItemDialog,
     FieldDialog,
@@ -404,7 +405,7 @@ class PlaybookScreen(CockpitScreen):
         note = next((e for e in self.state.notes if str(e.id) == ref.key), None)
         if note is None:
             return Text()
-        about = journal.parse_ts(note.body.get("ts"))
+        about = parse_iso(note.body.get("ts"))
         return Text.assemble((f"{note.author} at {short_time(note.at)}", "bold"),
                              (f" about {short_time(about, seconds=True)}" if about else "", "dim"),
                              "\n\n" + note.body.get("text", ""))
@@ -425,7 +426,7 @@ class PlaybookScreen(CockpitScreen):
         status = fields["status"].body.get("value") if "status" in fields else "status not set"
         total = len(analysis.checks)
         reviewed = sum(1 for c in analysis.checks if c.id in self.state.check_verdicts)
-        times = [f"{which} {short_time(journal.parse_ts(e.body.get('ts')))}" for which, e in self.state.times.items()]
+        times = [f"{which} {short_time(parse_iso(e.body.get('ts')))}" for which, e in self.state.times.items()]
         line = Text.assemble((analysis.playbook_title or "Playbook", "bold"),
                              f" · workload {analysis.workload} (w switches) · {severity} · {status.replace('_', ' ')}"
                              f" · {reviewed}/{total} checks reviewed")
@@ -568,7 +569,7 @@ class PlaybookScreen(CockpitScreen):
         self.ask(lambda: ActionItemDialog(item), done)
 
     def action_times(self) -> None:
-        current = {which: journal.parse_ts(e.body.get("ts")) for which, e in self.state.times.items()}
+        current = {which: parse_iso(e.body.get("ts")) for which, e in self.state.times.items()}
         author = self.store.author
 
         def done(changed: dict[str, datetime], reopen: Callable[[str], None]) -> None:
@@ -669,7 +670,7 @@ def _step(analysis: Analysis, key: str) -> Step | None:
 
 
 def _parse(value: str | None) -> datetime | None:
-    return journal.parse_ts(value) if value else None
+    return parse_iso(value) if value else None
 
 
 SCREEN = Spec(name="playbook", key="p", title="Playbook", order=20, factory=PlaybookScreen)
