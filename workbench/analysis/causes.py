@@ -32,6 +32,9 @@ SCOPES = ("gpu", "host", "global")
 ACTION_KINDS = ("monitoring", "change_control", "isolation", "drills")
 _REQUIRED = ("layer", "title", "scope", "description", "symptoms", "remediation", "action_items", "leads_to",
              "absorbs")
+_OPTIONAL = ("unknown",)
+"""``unknown: true``: the cause is 'an error no catalog entry knows' at a layer, not a failure of its own;
+there is nothing specific to practise, so it has no drill (every other cause has one)."""
 
 
 class CatalogError(GpuwbError, ValueError):
@@ -49,7 +52,7 @@ def validate_causes(data: Any) -> dict[str, dict[str, Any]]:
         missing = [k for k in _REQUIRED if k not in entry]
         if missing:
             raise CatalogError(f"{where}: missing {', '.join(missing)}")
-        unknown = sorted(set(entry) - set(_REQUIRED))
+        unknown = sorted(set(entry) - set(_REQUIRED) - set(_OPTIONAL))
         if unknown:
             raise CatalogError(f"{where}: unknown field(s) {', '.join(unknown)}")
         if entry["layer"] not in LAYERS:

@@ -131,3 +131,19 @@ def preemption_inference(svc: Service) -> None:
     svc.event(d.fault, "Preempted", f"Preempted by pod {d.rng.randint(0, 0xffffffff):08x}-4c1e-9a53-{d.job:012d} on node {node}",
               obj=pod, node=node, component="default-scheduler")
     svc.replica_stopped()
+
+
+@fault("shm_exhausted", "training")
+def shm_exhausted_training(job: Job) -> None:
+    """The container's /dev/shm is the 64 MB default: NCCL cannot create its shared-memory segments at start."""
+    d = job.d
+    d.title = f"Job {d.job} failed at start: NCCL could not set up shared memory"
+    d.place_host = False
+    d.fault = d.start + timedelta(seconds=5, milliseconds=d.rng.randint(0, 900))
+    for rank in range(d.nranks):
+        host, pid, dev = d.host_of(rank), d.pid(rank), rank % d.gpus_per_host
+        job.log(rank, f"{host}:{pid}:{pid + 97} [{dev}] misc/shmutils.cc:132 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-{d.rng.randint(0, 0xffffff):06X} (size {d.rng.randint(9, 40) * 1048576}), error: No space left on device (28)",
+                f"{host}:{pid}:{pid + 97} [{dev}] NCCL INFO transport/shm.cc:114 -> 2",
+                f"[rank{rank}]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+                f"[rank{rank}]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.")
+    job.finish(d.fault + timedelta(seconds=4))

@@ -31,7 +31,10 @@ the other way: lower it, never raise it."""
 
 
 def test_every_cause_of_the_catalog_has_a_drill() -> None:
-    assert {cause for cause, _ in faults()} == set(load_causes())
+    """Every cause but the 'unknown error at a layer' ones (nothing specific to practise) has a drill."""
+    known = {cid for cid, entry in load_causes().items() if not entry.get("unknown")}
+    assert {cause for cause, _ in faults()} == known
+    assert len(known) < len(load_causes())  # the unknown ones exist and are the only ones left out
 
 
 def test_every_drill_is_analysed_back_to_its_own_cause(tmp_path: Path) -> None:
@@ -69,8 +72,9 @@ def test_every_drill_is_analysed_back_to_its_own_cause(tmp_path: Path) -> None:
                 wrong_place.append(f"{cause}/{workload}/seed {seed} -> {top.get('host')} not {written.truth.host}")
     total = len(faults()) * len(SEEDS)
     missed_causes = {m.split("/")[0] for m in misses}
-    solved = len(load_causes()) - len(missed_causes)
-    print(f"\ndrill loop: {solved} of {len(load_causes())} causes analyse back to themselves on every drill; "
+    drilled = {cause for cause, _ in faults()}
+    solved = len(drilled) - len(missed_causes)
+    print(f"\ndrill loop: {solved} of {len(drilled)} causes analyse back to themselves on every drill; "
           f"{hits} of {total} drills ({len(faults())} cause/workload pairs x {len(SEEDS)} seeds), {placed} at the "
           f"right place ({gpus_right} of {gpus} naming the truth's GPU), {layered} with the truth's layer called a "
           f"fault; misses: {misses or 'none'}; wrong place: {wrong_place or 'none'}; wrong GPU: {wrong_gpu or 'none'}; "
