@@ -24,10 +24,10 @@ from workbench.prevention.drill.lines import (  # noqa: F401  (the scenarios imp
     elastic,
     glog,
     histogram,
-    iso,
     k8s_list,
     pylog,
     sacct,
+    slurm_time,
     titan_step,
     watchdog,
 )
