@@ -235,7 +235,7 @@ def cpu_seconds(argv: list[str], env: dict[str, str], cwd: Path) -> float:
 def small_rows(tmp: Path, against: Path | None, repeat: int) -> None:
     """The fixed cost of ``gpuwb ingest``: CPU seconds (best of ``repeat``) of an empty file and of a
     100 KB NCCL/torch rank log (and the same ending in an NCCL WARN), beside lnav indexing the same file
-    and, with ``against``, the same ingest run from another checkout (``--against /work/main``)
+    and, with ``against``, the same ingest run from another checkout (``--against ../other-checkout``)
     interleaved in the same run."""
     from tests.data.nccl_multirank import write_job
 

@@ -77,7 +77,8 @@ def _list(args: argparse.Namespace) -> int:
 
     known = faults()
     rows = [{"cause": cause, "layer": entry["layer"], "title": entry["title"],
-             "workloads": [w for (c, w) in known if c == cause]} for cause, entry in load_causes().items()]
+             "workloads": [w for (c, w) in known if c == cause]} for cause, entry in load_causes().items()
+            if not entry.get("unknown")]  # 'an error nobody catalogued' has nothing to practise
     if args.json:
         sys.stdout.write(json.dumps({"causes": rows}) + "\n")
         return 0

@@ -65,7 +65,7 @@ async def test_the_command_palette_offers_every_screen_and_the_screen_s_own_acti
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert {f"Go to {spec.title}" for spec in app.specs} <= set(titles)
         assert {"Next error", "First anomaly", "Filter"} <= set(titles)
-        assert {"Playbook: override", "Playbook: times", "Report: export Markdown"} <= set(titles)
+        assert {"Playbook: override a verdict", "Playbook: times", "Report: export Markdown"} <= set(titles)
         go = next(c for c in app.get_system_commands(app.screen) if c.title == "Go to Overview")
         go.callback()
         await wait_for(pilot, lambda: app.current_mode == "overview")
