@@ -222,6 +222,48 @@ def print_table(title: str, size_mb: float, rows: list[tuple[str, float, int | N
         print(f"{name:<28} {secs:8.2f} {size_mb / secs:8.1f} {rss_text:>10} {ratio:>11}  {note}")
 
 
+def cpu_seconds(argv: list[str], env: dict[str, str], cwd: Path) -> float:
+    """User + system CPU seconds of a child and its descendants (the parse worker): on a shared box the
+    wall clock measures the other tenants, the CPU time measures the run."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{argv} failed: {proc.stderr.read().decode(errors='replace')[-500:] if proc.stderr else ''}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def small_rows(tmp: Path, against: Path | None, repeat: int) -> None:
+    """The fixed cost of ``gpuwb ingest``: CPU seconds (best of ``repeat``) of an empty file and of a
+    100 KB NCCL/torch rank log, beside lnav indexing the same file and, with ``against``, the same ingest
+    run from another checkout (``--against /work/main``) interleaved in the same run."""
+    from tests.data.nccl_multirank import write_job
+
+    write_job(tmp / "job", hosts=1, gpus_per_host=1, seq=900_001, straggler=0, filler_bytes=100_000)
+    log = next((tmp / "job").rglob("*.log"))
+    empty = tmp / "empty.log"
+    empty.write_bytes(b"")
+    trees = [("gpuwb ingest", ROOT)] + ([(f"gpuwb ingest ({against})", against)] if against else [])
+    print(f"\nfixed cost: CPU seconds (user+sys, best of {repeat}), {os.cpu_count()} CPUs")
+    print(f"{'what':<40} {'empty file':>10} {log.stat().st_size / 1e3:>7.0f} KB")
+    best: dict[tuple[str, str], float] = {}
+    for _ in range(repeat):
+        for name, tree in trees:
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed gpuwb runs from .pyc files
+            for which, path in (("empty", empty), ("log", log)):
+                bundle = tmp / "small.duckdb"
+                bundle.unlink(missing_ok=True)
+                secs = cpu_seconds([sys.executable, "-m", "workbench.cli", "ingest", "-q", str(bundle), str(path)],
+                                   env, tree)
+                best[name, which] = min(best.get((name, which), secs), secs)
+    for name, _ in trees:
+        print(f"{name:<40} {best[name, 'empty']:10.3f} {best[name, 'log']:10.3f}")
+    if shutil.which("lnav"):
+        secs = min(cpu_seconds(["lnav", "-n", "-c", ";SELECT count(*) FROM all_logs", str(log)],
+                               {**os.environ, "HOME": str(tmp)}, tmp) for _ in range(repeat))
+        print(f"{'lnav -n (index + count)':<40} {'':>10} {secs:10.3f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=1024, help="size of each generated log (default 1024)")
@@ -231,8 +273,20 @@ def main() -> int:
     parser.add_argument("--no-nccl", action="store_true", help="skip the 512-rank NCCL set (--size-mb in all)")
     parser.add_argument("--no-baseline", action="store_true", help="skip the ingest with the former 4 MiB chunks")
     parser.add_argument("--metrics-mb", type=int, default=0, help="also a long-format metrics CSV of this size")
+    parser.add_argument("--small", action="store_true",
+                        help="only the fixed cost: an empty file and a 100 KB NCCL log, CPU seconds")
+    parser.add_argument("--against", metavar="CHECKOUT", type=Path,
+                        help="with --small: the same ingest run from this checkout too (a same-run baseline)")
+    parser.add_argument("--repeat", type=int, default=5, help="with --small: best of this many runs (default 5)")
     args = parser.parse_args()
 
+    if args.small:
+        tmp = Path(tempfile.mkdtemp(prefix="gpuwb-bench-"))
+        try:
+            small_rows(tmp, args.against, args.repeat)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return 0
     tmp = Path(tempfile.mkdtemp(prefix="gpuwb-bench-"))
     work = Path(args.keep) if args.keep else tmp
     work.mkdir(parents=True, exist_ok=True)
