@@ -77,3 +77,26 @@ def test_importing_every_collector_compiles_only_the_patterns_it_uses():
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) < 250
+
+
+def test_an_ingest_of_an_nccl_warn_loads_the_signature_catalog_once(tmp_path: Path):
+    """NCCL's own matchers (collectors/nccl.py) are cut from the process's catalog, not a second load."""
+    log = tmp_path / "rank0.log"
+    log.write_text("gpu-node-07:41000:41000 [0] NCCL INFO cudaDriverVersion 12040\n"
+                   "gpu-node-07:41000:41077 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from "
+                   "peer 10.42.0.11<51522> with status=12 opcode=0 len=0 vendor err 129 (Recv)\n")
+    probe = ("import contextlib, io, json\n"
+             "from collectors.framework import signatures\n"
+             "count = [0]\n"
+             "load = signatures.load_signatures\n"
+             "def counted(*args):\n"
+             "    count[0] += 1\n"
+             "    return load(*args)\n"
+             "signatures.load_signatures = counted\n"
+             "from workbench.cli import main\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             f"    code = main(['ingest', '-q', {str(tmp_path / 'b.duckdb')!r}, {str(log)!r}])\n"
+             "print(json.dumps([code, count[0]]))\n")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [0, 1]
