@@ -234,30 +234,34 @@ def cpu_seconds(argv: list[str], env: dict[str, str], cwd: Path) -> float:
 
 def small_rows(tmp: Path, against: Path | None, repeat: int) -> None:
     """The fixed cost of ``gpuwb ingest``: CPU seconds (best of ``repeat``) of an empty file and of a
-    100 KB NCCL/torch rank log, beside lnav indexing the same file and, with ``against``, the same ingest
-    run from another checkout (``--against /work/main``) interleaved in the same run."""
+    100 KB NCCL/torch rank log (and the same ending in an NCCL WARN), beside lnav indexing the same file
+    and, with ``against``, the same ingest run from another checkout (``--against /work/main``)
+    interleaved in the same run."""
     from tests.data.nccl_multirank import write_job
 
     write_job(tmp / "job", hosts=1, gpus_per_host=1, seq=900_001, straggler=0, filler_bytes=100_000)
     log = next((tmp / "job").rglob("*.log"))
     empty = tmp / "empty.log"
     empty.write_bytes(b"")
+    warn = tmp / "warn.log"  # the same log ending in the NCCL WARN of a failed job
+    warn.write_bytes(log.read_bytes() + b"gpu-node-07:41000:41077 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : "
+                     b"Got completion from peer 10.42.0.11<51522> with status=12 opcode=0 len=0 vendor err 129\n")
     trees = [("gpuwb ingest", ROOT)] + ([(f"gpuwb ingest ({against})", against)] if against else [])
     print(f"\nfixed cost: CPU seconds (user+sys, best of {repeat}), {os.cpu_count()} CPUs")
-    print(f"{'what':<40} {'empty file':>10} {log.stat().st_size / 1e3:>7.0f} KB")
+    print(f"{'what':<40} {'empty file':>10} {log.stat().st_size / 1e3:>7.0f} KB {'+ a WARN':>10}")
     best: dict[tuple[str, str], float] = {}
     for _ in range(repeat):
         for name, tree in trees:
             env = {**os.environ, "PYTHONPATH": str(tree)}
             env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed gpuwb runs from .pyc files
-            for which, path in (("empty", empty), ("log", log)):
+            for which, path in (("empty", empty), ("log", log), ("warn", warn)):
                 bundle = tmp / "small.duckdb"
                 bundle.unlink(missing_ok=True)
                 secs = cpu_seconds([sys.executable, "-m", "workbench.cli", "ingest", "-q", str(bundle), str(path)],
                                    env, tree)
                 best[name, which] = min(best.get((name, which), secs), secs)
     for name, _ in trees:
-        print(f"{name:<40} {best[name, 'empty']:10.3f} {best[name, 'log']:10.3f}")
+        print(f"{name:<40} {best[name, 'empty']:10.3f} {best[name, 'log']:10.3f} {best[name, 'warn']:10.3f}")
     if shutil.which("lnav"):
         secs = min(cpu_seconds(["lnav", "-n", "-c", ";SELECT count(*) FROM all_logs", str(log)],
                                {**os.environ, "HOME": str(tmp)}, tmp) for _ in range(repeat))
