@@ -19,14 +19,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_AVAILABLE = re.compile(r"(?P<avail>\d+)/(?P<total>\d+) nodes are available(?::\s*(?P<items>.*))?$", re.S)
-_PREDICATES = re.compile(r"[Nn]o nodes are available that match all of the (?:following )?predicates:+\s*"
+from collectors.framework.lazy_re import lazy_regex
+
+_AVAILABLE = lazy_regex(r"(?P<avail>\d+)/(?P<total>\d+) nodes are available(?::\s*(?P<items>.*))?$", re.S)
+_PREDICATES = lazy_regex(r"[Nn]o nodes are available that match all of the (?:following )?predicates:+\s*"
                          r"(?P<items>.*)$", re.S)
-_ITEM_SPLIT = re.compile(r",\s*(?=\d+ )")
-_ITEM = re.compile(r"^(?P<n>\d+) (?P<what>.+)$")
-_OLD_ITEM = re.compile(r"^(?P<what>.+?)\s*\((?P<n>\d+)\)$")
-_INSUFFICIENT = re.compile(r"^[Ii]nsufficient (?P<res>[\w./-]+)")
-_TAINT = re.compile(r"\{(?P<key>[^:}]+):")
+_ITEM_SPLIT = lazy_regex(r",\s*(?=\d+ )")
+_ITEM = lazy_regex(r"^(?P<n>\d+) (?P<what>.+)$")
+_OLD_ITEM = lazy_regex(r"^(?P<what>.+?)\s*\((?P<n>\d+)\)$")
+_INSUFFICIENT = lazy_regex(r"^[Ii]nsufficient (?P<res>[\w./-]+)")
+_TAINT = lazy_regex(r"\{(?P<key>[^:}]+):")
 
 _CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("unschedulable", re.compile(r"were unschedulable|NodeUnschedulable|CheckNodeUnschedulable|"
@@ -98,14 +100,14 @@ def scheduling_attrs(message: str) -> dict[str, Any]:
 
 _Q = r"-?\d+(?:\.\d+)?[A-Za-z]*"
 """A Kubernetes quantity (100Mi, 91040Ki, 24068434671, 1.5G), without the sentence's full stop."""
-_LOW_ON = re.compile(r"low on resource: (?P<res>[\w./-]+?)\.?(?:\s|$)")
-_THRESHOLD = re.compile(rf"Threshold quantity: (?P<thr>{_Q}), available: (?P<avail>{_Q})")
-_CONTAINER_USE = re.compile(rf"Container (?P<c>\S+) was using (?P<use>{_Q}), (?:which exceeds its request of "
+_LOW_ON = lazy_regex(r"low on resource: (?P<res>[\w./-]+?)\.?(?:\s|$)")
+_THRESHOLD = lazy_regex(rf"Threshold quantity: (?P<thr>{_Q}), available: (?P<avail>{_Q})")
+_CONTAINER_USE = lazy_regex(rf"Container (?P<c>\S+) was using (?P<use>{_Q}), (?:which exceeds its request of "
                             rf"(?P<req>{_Q})|request is (?P<req2>{_Q}))")
-_LOCAL_LIMIT = re.compile(rf"Pod ephemeral local storage usage exceeds the total limit of containers (?P<lim>{_Q})|"
+_LOCAL_LIMIT = lazy_regex(rf"Pod ephemeral local storage usage exceeds the total limit of containers (?P<lim>{_Q})|"
                           rf"Container (?P<c>\S+) exceeded its local ephemeral storage limit \"?(?P<clim>{_Q})|"
                           rf"Usage of EmptyDir volume \"?(?P<vol>[\w.-]+?)\"? exceeds the limit \"?(?P<vlim>{_Q})")
-_CONDITION = re.compile(r"The node had condition: \[(?P<cond>\w+)\]")
+_CONDITION = lazy_regex(r"The node had condition: \[(?P<cond>\w+)\]")
 _PRESSURE = {"DiskPressure": "ephemeral-storage", "MemoryPressure": "memory", "PIDPressure": "pids"}
 
 

@@ -19,10 +19,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-LEVEL = re.compile(r"^(?:(?P<plugin>[\w./-]+): )?(?P<level>error|fatal|FATAL|Error):\s*(?P<rest>.*)$")
+from collectors.framework.lazy_re import lazy_regex
+
+LEVEL = lazy_regex(r"^(?:(?P<plugin>[\w./-]+): )?(?P<level>error|fatal|FATAL|Error):\s*(?P<rest>.*)$")
 """``error: ...``, or a plugin's ``spank-epilog: error: ...`` as slurmd logs it."""
-_STEP = re.compile(r"\b(?:StepId=|step )(?P<step>\d+(?:_\d+)?\.(?:\d+|batch|extern|interactive|TBD))\b")
-_JOB = re.compile(r"\bJobId=(?P<job>\d+(?:_\d+)?)")
+_STEP = lazy_regex(r"\b(?:StepId=|step )(?P<step>\d+(?:_\d+)?\.(?:\d+|batch|extern|interactive|TBD))\b")
+_JOB = lazy_regex(r"\bJobId=(?P<job>\d+(?:_\d+)?)")
 
 NODE_PROBLEMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("Prolog error", re.compile(r"\b(?:[Pp]rolog failed|prolog_slurmd failed|[Pp]rolog error|error running prolog)")),

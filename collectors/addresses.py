@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from collectors.base import Artifact, CaptureContext, HostFact, ParseContext, Row, Skipped
+from collectors.framework.lazy_re import lazy_regex
 
 NAME = "addresses"
 LAYER = "network_storage"
@@ -28,12 +29,12 @@ KINDS = ("ip_addr", "hosts_file")
 TIMEOUT = 10.0
 MAX_ENTRIES = 100_000
 
-_IP_LINK_HEAD = re.compile(r"^\d+:\s+(?P<ifname>[^:@\s]+)(?:@\S+)?:\s+<")
-_IP_ONE_LINE = re.compile(r"^\d+:\s+(?P<ifname>[^:@\s]+)\s+inet6?\s+(?P<addr>[0-9A-Fa-f:.]+)/\d+")
-_IP_INET = re.compile(r"^\s+inet6?\s+(?P<addr>[0-9A-Fa-f:.]+)/\d+.*?(?:\s(?P<label>[\w.:@\-]+))?\s*$")
-_HOSTS_LINE = re.compile(r"^\s*(?P<addr>[0-9A-Fa-f:.]+(?:%\S+)?)\s+(?P<names>[^#]+?)\s*(?:#.*)?$")
-_SNIFF_IP = re.compile(r"^\d+:\s+(?:lo|[\w.\-]+)(?::\s+<[A-Z_,\-]*>|\s+inet6?\s+[0-9a-f.:]+/\d+)", re.M)
-_SNIFF_HOSTS = re.compile(r"^127\.0\.0\.1\s+localhost\b|^::1\s+\S*localhost", re.M)
+_IP_LINK_HEAD = lazy_regex(r"^\d+:\s+(?P<ifname>[^:@\s]+)(?:@\S+)?:\s+<")
+_IP_ONE_LINE = lazy_regex(r"^\d+:\s+(?P<ifname>[^:@\s]+)\s+inet6?\s+(?P<addr>[0-9A-Fa-f:.]+)/\d+")
+_IP_INET = lazy_regex(r"^\s+inet6?\s+(?P<addr>[0-9A-Fa-f:.]+)/\d+.*?(?:\s(?P<label>[\w.:@\-]+))?\s*$")
+_HOSTS_LINE = lazy_regex(r"^\s*(?P<addr>[0-9A-Fa-f:.]+(?:%\S+)?)\s+(?P<names>[^#]+?)\s*(?:#.*)?$")
+_SNIFF_IP = lazy_regex(r"^\d+:\s+(?:lo|[\w.\-]+)(?::\s+<[A-Z_,\-]*>|\s+inet6?\s+[0-9a-f.:]+/\d+)", re.M)
+_SNIFF_HOSTS = lazy_regex(r"^127\.0\.0\.1\s+localhost\b|^::1\s+\S*localhost", re.M)
 
 
 def usable(text: str) -> str | None:

@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any, BinaryIO
 
 from collectors.base import Event, GpuInventory, HostFact, ParseContext, Row, Skipped, normalize_pci
+from collectors.framework.lazy_re import lazy_regex
 from collectors.host import parse_date_output
 from collectors.nvidia_smi import TextParser
 
@@ -31,15 +32,15 @@ PRIORITY = 5
 """After host facts, before the kernel parser of other files: the report's ``date`` line dates the
 incident for year-less syslog lines handed over next to it."""
 
-SEPARATOR = re.compile(r"^_{20,}\s*$")
-_SMI = re.compile(r"(?:^|/)nvidia-smi\s+(?:--query|-q)\b")
-_SMI_UNIT = re.compile(r"(?:^|/)nvidia-smi\s+--query\s+--unit\b")
-_KERNEL_TITLES = re.compile(r"^(?:dmesg:|Scanning kernel log files for NVIDIA kernel messages:"
+SEPARATOR = lazy_regex(r"^_{20,}\s*$")
+_SMI = lazy_regex(r"(?:^|/)nvidia-smi\s+(?:--query|-q)\b")
+_SMI_UNIT = lazy_regex(r"(?:^|/)nvidia-smi\s+--query\s+--unit\b")
+_KERNEL_TITLES = lazy_regex(r"^(?:dmesg:|Scanning kernel log files for NVIDIA kernel messages:"
                             r"|journalctl\b.*(?:-k|--dmesg|_TRANSPORT=kernel)"
                             r"|\*\*\* /var/log/(?:kern\.log|messages|syslog|dmesg|kernel\.log)(?:\.\d+)?$)")
-_PROC_VERSION = re.compile(r"NVRM version:.*?Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)")
-_PROC_INFO = re.compile(r"^\*\*\* /proc/driver/nvidia/(?:\./)?gpus/([0-9a-fA-F:.]+)/information$")
-_INFO_LINE = re.compile(r"^([A-Za-z][\w .]*?):\s*(.*?)\s*$")
+_PROC_VERSION = lazy_regex(r"NVRM version:.*?Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)")
+_PROC_INFO = lazy_regex(r"^\*\*\* /proc/driver/nvidia/(?:\./)?gpus/([0-9a-fA-F:.]+)/information$")
+_INFO_LINE = lazy_regex(r"^([A-Za-z][\w .]*?):\s*(.*?)\s*$")
 SPOOL_MEMORY = 16 << 20
 
 

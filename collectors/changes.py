@@ -46,6 +46,7 @@ from collectors.base import (
     to_utc,
 )
 from collectors.framework.json_items import ITEM_ERRORS, decoded
+from collectors.framework.lazy_re import lazy_regex
 from collectors.host import PACKAGES
 
 NAME = "changes"
@@ -58,13 +59,13 @@ PACKAGE_LOGS = (("/var/log/dpkg.log", "dpkg_log"), ("/var/log/apt/history.log", 
 MAX_RECORDS_BYTES = 64 << 20
 MAX_BUFFERED = 200_000
 
-_GPU_STACK = re.compile(r"nvidia|cuda|cudnn|nccl|nvlink|fabricmanager|fabric-manager|tensorrt|cublas|cufft|curand"
+_GPU_STACK = lazy_regex(r"nvidia|cuda|cudnn|nccl|nvlink|fabricmanager|fabric-manager|tensorrt|cublas|cufft|curand"
                         r"|cusolver|cusparse|nvjpeg|npp|dcgm|datacenter-gpu-manager|gdrcopy|gdrdrv|^linux-image"
                         r"|^linux-modules|^kernel(?:-core|-modules)?$|^kmod-|gpu.?driver|rocm",
                         re.IGNORECASE)
-_NET_STORAGE = re.compile(r"ofed|mlnx|rdma|ibverbs|infiniband|libibumad|ucx|openmpi|hpcx|nfs|lustre|beegfs|gpfs"
+_NET_STORAGE = lazy_regex(r"ofed|mlnx|rdma|ibverbs|infiniband|libibumad|ucx|openmpi|hpcx|nfs|lustre|beegfs|gpfs"
                           r"|weka|ceph|fuse|efa|libfabric|aws-ofi", re.IGNORECASE)
-_SCHEDULING = re.compile(r"slurm|munge|pmix|kubelet|kubeadm|containerd|docker|cri-o|runc|nvidia-container",
+_SCHEDULING = lazy_regex(r"slurm|munge|pmix|kubelet|kubeadm|containerd|docker|cri-o|runc|nvidia-container",
                          re.IGNORECASE)
 
 _ARCHES = (".x86_64", ".noarch", ".i686", ".i386", ".aarch64", ".ppc64le", ".s390x", ".src")
@@ -137,17 +138,17 @@ def capture(ctx: CaptureContext) -> Iterator[Artifact]:
 
 # -- sniffing -----------------------------------------------------------------------------------
 
-_DPKG = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (status|install|upgrade|remove|purge|configure|trigproc"
+_DPKG = lazy_regex(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (status|install|upgrade|remove|purge|configure|trigproc"
                    r"|startup|conffile) (.*)$")
-_YUM = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d\d:\d\d:\d\d) (Installed|Updated|Erased|Dep-Installed"
+_YUM = lazy_regex(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d\d:\d\d:\d\d) (Installed|Updated|Erased|Dep-Installed"
                   r"|Obsoleted|Downgraded|Reinstalled): (.+)$")
-_DNF = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)(Z|[+-]\d\d(?::?\d\d)?)? (SUBDEBUG|INFO|DEBUG|DDEBUG)"
+_DNF = lazy_regex(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)(Z|[+-]\d\d(?::?\d\d)?)? (SUBDEBUG|INFO|DEBUG|DDEBUG)"
                   r" (.*)$")
-_DNF_ACTION = re.compile(r"^(Upgrade|Upgraded|Install|Installed|Erase|Erased|Downgrade|Downgraded|Reinstall"
+_DNF_ACTION = lazy_regex(r"^(Upgrade|Upgraded|Install|Installed|Erase|Erased|Downgrade|Downgraded|Reinstall"
                          r"|Reinstalled|Obsolete|Obsoleted|Cleanup|Remove|Removed): (\S+)")
-_HISTORY_HEAD = re.compile(r"^\s*ID\s*\|\s*(Login user|Command line)\s*\|\s*Date and time\s*\|\s*Action", re.I)
-_PIP_FREEZE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)==([^\s;]+)")
-_PIP_LIST = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)\s+(\d[^\s]*)\s*(?:\S.*)?$")
+_HISTORY_HEAD = lazy_regex(r"^\s*ID\s*\|\s*(Login user|Command line)\s*\|\s*Date and time\s*\|\s*Action", re.I)
+_PIP_FREEZE = lazy_regex(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)==([^\s;]+)")
+_PIP_LIST = lazy_regex(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)\s+(\d[^\s]*)\s*(?:\S.*)?$")
 
 TS_KEYS = ("ts", "time", "timestamp", "date", "datetime", "deployed_at", "created_at", "at", "when", "start")
 WHAT_KEYS = ("what", "component", "service", "package", "name", "target", "model", "app", "application")
@@ -302,7 +303,7 @@ def _parse_dpkg(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
     yield from installed.facts()
 
 
-_APT_PACKAGE = re.compile(r"([^\s,()]+) \(([^)]*)\)")
+_APT_PACKAGE = lazy_regex(r"([^\s,()]+) \(([^)]*)\)")
 _APT_ACTIONS = {"Install": "install", "Upgrade": "upgrade", "Remove": "remove", "Purge": "purge",
                 "Downgrade": "downgrade", "Reinstall": "reinstall"}
 

@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 
 from collectors.base import Artifact, CaptureContext, Event, GpuSample, HostFact, ParseContext, Row, Skipped
 from collectors.framework.json_items import no_lone_surrogates
+from collectors.framework.lazy_re import lazy_regex
 from collectors.framework.text_blocks import Block, TextParser, integer, number, parse_local
 from collectors.nvml import gpu_key, xid_catalog_attrs
 
@@ -43,15 +44,15 @@ DMON_COLUMNS = {"TMPTR": "temp_c", "POWER": "power_w", "GPUTL": "util_gpu", "MCU
                 "SMCLK": "sm_clock_mhz", "MMCLK": "mem_clock_mhz", "FBUSD": "mem_used_mib", "FBTTL": "mem_total_mib",
                 "PCILG": "pcie_gen", "PCILW": "pcie_width"}
 
-_DIAG_ROW = re.compile(r"^\|\s*(.*?)\s*\|\s*(.*?)\s*\|\s*$")
-_DIAG_CATEGORY = re.compile(r"^[|+]-+\s+(\w[\w ]*?)\s+-+\+")
-_DIAG_RESULT = re.compile(r"^(?:GPU(\d+):\s*)?(Pass|Fail|Warn|Skip|Warning)\b(?:\s*-\s*(.*))?$", re.IGNORECASE)
-_POD = re.compile(r"Executing in Pod (\S+) on Host (\S+)")
-_DMON_HEAD = re.compile(r"^#\s*Entity\s+(.+?)\s*$")
-_DMON_ROW = re.compile(r"^(GPU|GPU-I|GPU-CI|Switch|Link|CPU|Core)\s+(\d+)\s+(.*?)\s*$")
-_DCGM_LOG = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)\s+(ERROR|WARN|WARNING|INFO|DEBUG|VERB\w*|"
+_DIAG_ROW = lazy_regex(r"^\|\s*(.*?)\s*\|\s*(.*?)\s*\|\s*$")
+_DIAG_CATEGORY = lazy_regex(r"^[|+]-+\s+(\w[\w ]*?)\s+-+\+")
+_DIAG_RESULT = lazy_regex(r"^(?:GPU(\d+):\s*)?(Pass|Fail|Warn|Skip|Warning)\b(?:\s*-\s*(.*))?$", re.IGNORECASE)
+_POD = lazy_regex(r"Executing in Pod (\S+) on Host (\S+)")
+_DMON_HEAD = lazy_regex(r"^#\s*Entity\s+(.+?)\s*$")
+_DMON_ROW = lazy_regex(r"^(GPU|GPU-I|GPU-CI|Switch|Link|CPU|Core)\s+(\d+)\s+(.*?)\s*$")
+_DCGM_LOG = lazy_regex(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)\s+(ERROR|WARN|WARNING|INFO|DEBUG|VERB\w*|"
                        r"FATAL|CRIT\w*)\s+\[(\d+):(\d+)\]\s+(.*?)\s*$")
-_DCGM_WHERE = re.compile(r"\s*\[([^\]\s]+:\d+)\]\s*(?:\[([^\]]+)\])?\s*$")
+_DCGM_WHERE = lazy_regex(r"\s*\[([^\]\s]+:\d+)\]\s*(?:\[([^\]]+)\])?\s*$")
 
 
 # -- live capture --------------------------------------------------------------------------------

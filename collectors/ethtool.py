@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from collectors.base import Artifact, CaptureContext, Event, HostFact, ParseContext, Row, SeriesPoint, Skipped
+from collectors.framework.lazy_re import lazy_regex
 
 NAME = "ethtool"
 LAYER = "network_storage"
@@ -31,22 +32,22 @@ MAX_INTERFACES = 64
 MAX_COUNTERS = 50_000
 """A ConnectX port prints about 1,500 counters; far more means the file is not ethtool output."""
 
-_ERROR_NAME = re.compile(r"drop|discard|miss|err|crc|fifo|overrun|over_errors|no_buffer|out_of_buffer|frame"
+_ERROR_NAME = lazy_regex(r"drop|discard|miss|err|crc|fifo|overrun|over_errors|no_buffer|out_of_buffer|frame"
                          r"|carrier|collision|abort|timeout|jabber|oversize|undersize|fragment|illegal"
                          r"|alloc_fail|link_down")
-_NOT_ERROR = re.compile(r"xdp|_ok$|csum|_bytes$|^multicast$|wake|stopped|_packets$|_pkts$")
-_CONGESTION = re.compile(r"pause|ecn|cnp")
+_NOT_ERROR = lazy_regex(r"xdp|_ok$|csum|_bytes$|^multicast$|wake|stopped|_packets$|_pkts$")
+_CONGESTION = lazy_regex(r"pause|ecn|cnp")
 
 _INFO_KEYS = {"driver": "driver", "version": "driver_version", "firmware-version": "firmware",
               "bus-info": "bus", "expansion-rom-version": "expansion_rom"}
-_INFO_LINE = re.compile(r"^(driver|version|firmware-version|expansion-rom-version|bus-info|supports-[\w-]+):\s*(.*)$")
-_STAT_LINE = re.compile(r"^\s+([^:]+?):\s+(-?\d+)\s*$")
-_IFCONFIG_OLD = re.compile(r"^(\S+?)\s+Link encap:")
-_IFCONFIG_NEW = re.compile(r"^(\S+?):\s+flags=\d+<([^>]*)>")
-_IP_LINK = re.compile(r"^\d+:\s+([^:@\s]+)(?:@\S+)?:\s+<([^>]*)>(.*)$")
-_SETTINGS = re.compile(r"^Settings for (\S+?):\s*$")
-_ARGV_IFACE = re.compile(r"ethtool\s+(?:-[SiSk]+\s+|--statistics\s+|--driver\s+)?([A-Za-z][\w.-]*)\s*$")
-_HEADING_IFACE = re.compile(r"ethtool\s+(?:-\w+\s+)*([A-Za-z][\w.-]*\d[\w.-]*)")
+_INFO_LINE = lazy_regex(r"^(driver|version|firmware-version|expansion-rom-version|bus-info|supports-[\w-]+):\s*(.*)$")
+_STAT_LINE = lazy_regex(r"^\s+([^:]+?):\s+(-?\d+)\s*$")
+_IFCONFIG_OLD = lazy_regex(r"^(\S+?)\s+Link encap:")
+_IFCONFIG_NEW = lazy_regex(r"^(\S+?):\s+flags=\d+<([^>]*)>")
+_IP_LINK = lazy_regex(r"^\d+:\s+([^:@\s]+)(?:@\S+)?:\s+<([^>]*)>(.*)$")
+_SETTINGS = lazy_regex(r"^Settings for (\S+?):\s*$")
+_ARGV_IFACE = lazy_regex(r"ethtool\s+(?:-[SiSk]+\s+|--statistics\s+|--driver\s+)?([A-Za-z][\w.-]*)\s*$")
+_HEADING_IFACE = lazy_regex(r"ethtool\s+(?:-\w+\s+)*([A-Za-z][\w.-]*\d[\w.-]*)")
 
 
 # -- live capture -------------------------------------------------------------------------------

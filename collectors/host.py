@@ -21,6 +21,7 @@ from typing import BinaryIO
 
 from collectors.base import Artifact, CaptureContext, HostFact, ParseContext, Row, Skipped
 from collectors.framework.json_items import decoded
+from collectors.framework.lazy_re import lazy_regex
 from collectors.framework.redact import redact_env
 
 NAME = "host"
@@ -29,12 +30,12 @@ KINDS = ("host_facts", "uptime_since", "proc_uptime", "proc_stat", "date")
 TIMEOUT = 10.0
 PRIORITY = 0
 
-_UPTIME_S = re.compile(r"^\s*(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)\s*$")
-_PROC_UPTIME = re.compile(r"^\s*(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s*$")
-_BTIME = re.compile(r"^btime\s+(\d+)\s*$", re.MULTILINE)
-_DATE = re.compile(r"^\s*(?:[A-Z][a-z]{2}\s+)?([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d\d:\d\d:\d\d)\s+"
+_UPTIME_S = lazy_regex(r"^\s*(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)\s*$")
+_PROC_UPTIME = lazy_regex(r"^\s*(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s*$")
+_BTIME = lazy_regex(r"^btime\s+(\d+)\s*$", re.MULTILINE)
+_DATE = lazy_regex(r"^\s*(?:[A-Z][a-z]{2}\s+)?([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d\d:\d\d:\d\d)\s+"
                    r"(?:([A-Z]{2,5}|[+-]\d{4})\s+)?(\d{4})\s*$")
-_ISO_DATE = re.compile(r"^\s*(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s*$")
+_ISO_DATE = lazy_regex(r"^\s*(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s*$")
 
 PACKAGES = ("torch", "vllm", "tensorrt_llm", "sglang", "nvidia-nccl-cu12", "nvidia-nccl-cu11", "deepspeed",
             "transformers", "jax", "nvidia-ml-py")

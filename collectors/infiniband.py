@@ -29,6 +29,7 @@ from typing import BinaryIO
 
 from collectors.base import Artifact, CaptureContext, Event, HostFact, ParseContext, Row, SeriesPoint, Skipped
 from collectors.framework.framing import parse_iso
+from collectors.framework.lazy_re import lazy_regex
 
 NAME = "infiniband"
 LAYER = "network_storage"
@@ -47,7 +48,7 @@ ERROR_COUNTERS = frozenset({
 })
 """The IBA PortCounters error group (perfquery prints them between CounterSelect2 and PortXmitWait)."""
 
-_HW_ERROR = re.compile(r"(?:_err|_error|_errors|timeout|discard|_drop|out_of_buffer|out_of_sequence)")
+_HW_ERROR = lazy_regex(r"(?:_err|_error|_errors|timeout|discard|_drop|out_of_buffer|out_of_sequence)")
 """mlx5 ``hw_counters`` whose rise means lost or retried RDMA traffic (local_ack_timeout_err, ...)."""
 
 CONGESTION_COUNTERS = frozenset({"port_xmit_wait"})
@@ -58,17 +59,17 @@ _ALIASES = {"port_xmit_pkts": "port_xmit_packets", "port_rcv_pkts": "port_rcv_pa
             "port_multicast_rcv_pkts": "multicast_rcv_packets"}
 _NOT_COUNTERS = {"port_select", "counter_select", "counter_select2", "cap_mask", "cap_mask2"}
 
-_IBSTAT_CA = re.compile(r"^CA '([^']+)'\s*$")
-_IBSTAT_PORT = re.compile(r"^\s+Port (\d+):\s*$")
-_IBSTAT_FIELD = re.compile(r"^\s+([A-Za-z][A-Za-z ]*?):\s*(.*?)\s*$")
-_IBSTATUS_HEAD = re.compile(r"^Infiniband device '([^']+)' port (\d+) status:\s*$")
-_PERF_HEAD = re.compile(r"^#\s*Port (extended )?counters:\s*Lid (\d+) port (\d+)", re.IGNORECASE)
-_PERF_FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9]*):\.*\s*(\S+)\s*$")
-_PERF_ARGV = re.compile(r"-C\s+(\S+).*?-P\s+(\d+)")
-_SYSFS_LINE = re.compile(r"^(?:\S*/)?infiniband/([^/\s]+)/ports/(\d+)/(\S+?):(.*)$")
-_SAMPLE_HEAD = re.compile(r"^#\s*ib_sysfs sample (\d+) at (\S+)")
-_RDMA_LINK = re.compile(r"^(?:\d+/\d+:\s+)?link\s+(\S+?)/(\d+)\s+(.*)$")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_IBSTAT_CA = lazy_regex(r"^CA '([^']+)'\s*$")
+_IBSTAT_PORT = lazy_regex(r"^\s+Port (\d+):\s*$")
+_IBSTAT_FIELD = lazy_regex(r"^\s+([A-Za-z][A-Za-z ]*?):\s*(.*?)\s*$")
+_IBSTATUS_HEAD = lazy_regex(r"^Infiniband device '([^']+)' port (\d+) status:\s*$")
+_PERF_HEAD = lazy_regex(r"^#\s*Port (extended )?counters:\s*Lid (\d+) port (\d+)", re.IGNORECASE)
+_PERF_FIELD = lazy_regex(r"^([A-Za-z][A-Za-z0-9]*):\.*\s*(\S+)\s*$")
+_PERF_ARGV = lazy_regex(r"-C\s+(\S+).*?-P\s+(\d+)")
+_SYSFS_LINE = lazy_regex(r"^(?:\S*/)?infiniband/([^/\s]+)/ports/(\d+)/(\S+?):(.*)$")
+_SAMPLE_HEAD = lazy_regex(r"^#\s*ib_sysfs sample (\d+) at (\S+)")
+_RDMA_LINK = lazy_regex(r"^(?:\d+/\d+:\s+)?link\s+(\S+?)/(\d+)\s+(.*)$")
+_CAMEL = lazy_regex(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
 # -- live capture -------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from typing import BinaryIO
 
 from collectors.base import Artifact, CaptureContext, Event, HostFact, ParseContext, Row, SeriesPoint, Skipped
+from collectors.framework.lazy_re import lazy_regex
 
 NAME = "ipmi"
 LAYER = "hardware"
@@ -47,14 +48,14 @@ CATEGORIES = {"Power Supply": "psu", "Fan": "fan", "Cooling Device": "fan", "Tem
               "Memory": "memory", "Power Unit": "power", "Voltage": "power", "Current": "power",
               "Battery": "power", "Processor": "processor", "Critical Interrupt": "pcie"}
 
-_FAULT = re.compile(r"fail|lost|critical|non-recoverable|uncorrectable|\bierr\b|thermal trip|machine check|perr|serr"
+_FAULT = lazy_regex(r"fail|lost|critical|non-recoverable|uncorrectable|\bierr\b|thermal trip|machine check|perr|serr"
                     r"|fatal|predictive|redundancy lost|non-redundant|removed|disabled|throttl|correctable ecc"
                     r"|correctable error|out.of.range|config(?:uration)? error|going (?:low|high)|limit reached",
                     re.IGNORECASE)
-_SEVERE = re.compile(r"fail|lost|uncorrectable|non-recoverable|\bierr\b|thermal trip|fatal|perr|serr|machine check"
+_SEVERE = lazy_regex(r"fail|lost|uncorrectable|non-recoverable|\bierr\b|thermal trip|fatal|perr|serr|machine check"
                      r"|(?<!non-)critical going|transition to critical|removed", re.IGNORECASE)
-_IPMITOOL_DATE = re.compile(r"^(\d\d)/(\d\d)/(\d{4})$")
-_FREEIPMI_DATE = re.compile(r"^([A-Z][a-z]{2})-(\d\d)-(\d{4})$")
+_IPMITOOL_DATE = lazy_regex(r"^(\d\d)/(\d\d)/(\d{4})$")
+_FREEIPMI_DATE = lazy_regex(r"^([A-Z][a-z]{2})-(\d\d)-(\d{4})$")
 
 
 def capture(ctx: CaptureContext) -> Iterator[Artifact]:
@@ -172,9 +173,9 @@ def _severity(event_text: str, state: str | None) -> str:
     return "error" if _SEVERE.search(event_text) or "presence" in event_text.lower() else "warning"
 
 
-_CHIP = re.compile(r"^([A-Za-z0-9_.-]+-[A-Za-z0-9_]+-[0-9a-fA-F]+)\s*$")
-_READING = re.compile(r"^([^:]+):\s+([+-]?\d+(?:\.\d+)?)\s*(?:°|Â°)?\s*(C|F|RPM|V|mV|W|A|J)\b(.*)$")
-_LIMIT = re.compile(r"(high|crit|max|min|low|hyst|emerg)\s*=\s*([+-]?\d+(?:\.\d+)?)")
+_CHIP = lazy_regex(r"^([A-Za-z0-9_.-]+-[A-Za-z0-9_]+-[0-9a-fA-F]+)\s*$")
+_READING = lazy_regex(r"^([^:]+):\s+([+-]?\d+(?:\.\d+)?)\s*(?:°|Â°)?\s*(C|F|RPM|V|mV|W|A|J)\b(.*)$")
+_LIMIT = lazy_regex(r"(high|crit|max|min|low|hyst|emerg)\s*=\s*([+-]?\d+(?:\.\d+)?)")
 
 
 def _parse_sensors(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:

@@ -43,6 +43,7 @@ from collectors.base import (
     to_utc,
 )
 from collectors.framework.json_items import Damage, Malformed, decoded, one_item, values
+from collectors.framework.lazy_re import lazy_regex
 
 NAME = "k8s"
 LAYER = "scheduling"
@@ -65,25 +66,25 @@ QUIET_WAITING = {"ContainerCreating", "PodInitializing"}
 HEALTHY_POD_STATUS = {"Running", "Completed", "Succeeded"}
 
 _NAME = r"[\"']?([a-z0-9](?:[-a-z0-9.]*[a-z0-9])?)[\"']?"
-_CONTAINER_IN_MSG = re.compile(rf"(?:(?:[Cc]reated|[Ss]tarted|[Ss]topping|[Kk]illing|failed|[Ff]ailed to start) "
+_CONTAINER_IN_MSG = lazy_regex(rf"(?:(?:[Cc]reated|[Ss]tarted|[Ss]topping|[Kk]illing|failed|[Ff]ailed to start) "
                                rf"container {_NAME}(?=[\s,.:;]|$)|"
                                rf"\bContainer {_NAME} (?:was|failed|definition|exceeded|is))")
-_INSUFFICIENT = re.compile(r"[Ii]nsufficient ([\w./-]+)")
-_XID = re.compile(r"\bXid(?:=|:\s*|\s+)(?P<xid>\d+)")
-_UUID = re.compile(r"\b(GPU-[0-9a-fA-F]{8}-[0-9a-fA-F-]{27,})")
-_EXIT = re.compile(r"[Ee]xit ?[Cc]ode[=: ]+(\d+)")
+_INSUFFICIENT = lazy_regex(r"[Ii]nsufficient ([\w./-]+)")
+_XID = lazy_regex(r"\bXid(?:=|:\s*|\s+)(?P<xid>\d+)")
+_UUID = lazy_regex(r"\b(GPU-[0-9a-fA-F]{8}-[0-9a-fA-F-]{27,})")
+_EXIT = lazy_regex(r"[Ee]xit ?[Cc]ode[=: ]+(\d+)")
 
-_GO_LOG = re.compile(r"^(?P<d>\d{4}/\d\d/\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+(?P<msg>.*)$")
-_KLOG = re.compile(r"^(?P<lvl>[IWEF])(?P<mm>\d\d)(?P<dd>\d\d) (?P<clock>\d\d:\d\d:\d\d(?:\.\d+)?)\s+\d+\s+"
+_GO_LOG = lazy_regex(r"^(?P<d>\d{4}/\d\d/\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+(?P<msg>.*)$")
+_KLOG = lazy_regex(r"^(?P<lvl>[IWEF])(?P<mm>\d\d)(?P<dd>\d\d) (?P<clock>\d\d:\d\d:\d\d(?:\.\d+)?)\s+\d+\s+"
                    r"(?P<src>[\w./-]+:\d+)\]\s*(?P<msg>.*)$")
-_SYSLOG = re.compile(r"^(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2})\s+(?P<clock>\d\d:\d\d:\d\d)(?:\.\d+)?\s+"
+_SYSLOG = lazy_regex(r"^(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2})\s+(?P<clock>\d\d:\d\d:\d\d)(?:\.\d+)?\s+"
                      r"(?P<host>\S+)\s+(?P<prog>[\w./-]+?)(?:\[\d+\])?:\s*(?P<msg>.*)$")
-_RFC3339_SYSLOG = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s+(?P<host>\S+)\s+"
+_RFC3339_SYSLOG = lazy_regex(r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s+(?P<host>\S+)\s+"
                              r"(?P<prog>[\w./-]+?)(?:\[\d+\])?:\s*(?P<msg>.*)$")
-_LOGFMT = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
-_NO_FIT = re.compile(r'"Unable to schedule pod; no fit; waiting".*?\berr="((?:[^"\\]|\\.)*)"')
-_EVENT_OCCURRED = re.compile(r'"Event occurred".*?\breason="(\w+)"')
-_NPD_STATUS = re.compile(r"New status generated: &\{Source:(?P<source>[\w-]+) Events:\[\{Severity:\w+ "
+_LOGFMT = lazy_regex(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
+_NO_FIT = lazy_regex(r'"Unable to schedule pod; no fit; waiting".*?\berr="((?:[^"\\]|\\.)*)"')
+_EVENT_OCCURRED = lazy_regex(r'"Event occurred".*?\breason="(\w+)"')
+_NPD_STATUS = lazy_regex(r"New status generated: &\{Source:(?P<source>[\w-]+) Events:\[\{Severity:\w+ "
                          r"Timestamp:.*? Reason:(?P<reason>\w+) Message:(?P<message>.*?)\}")
 _AGENTS = ("kubelet", "containerd", "dockerd", "crio", "k3s", "k3s-agent", "rke2", "nvidia-device-plugin",
            "nvidia-container-runtime", "nvidia-container-toolkit", "gpu-operator", "gpu-feature-discovery",
@@ -100,7 +101,7 @@ _DESCRIBE_KEYS = {"state", "last state", "last termination state", "reason", "ex
 _POD_KEYS = {"name", "namespace", "node", "status", "reason", "message", "priority", "start time", "labels",
              "annotations", "ip", "ips", "controlled by", "qos class", "node-selectors", "tolerations",
              "service account", "priority class name", "runtime class name"}
-_SECTION = re.compile(r"^(Containers|Init Containers|Ephemeral Containers|Conditions|Volumes|Events|Tolerations|"
+_SECTION = lazy_regex(r"^(Containers|Init Containers|Ephemeral Containers|Conditions|Volumes|Events|Tolerations|"
                       r"Node-Selectors|QoS Class|Labels|Annotations):\s*(?P<rest>.*)$")
 
 

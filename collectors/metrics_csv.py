@@ -24,6 +24,7 @@ from typing import BinaryIO
 
 from collectors.base import Artifact, CaptureContext, ParseContext, Row, SeriesPoint, Skipped
 from collectors.framework import metric_vocabulary as vocabulary
+from collectors.framework.lazy_re import lazy_regex
 from collectors.prometheus import capture_files, host_of
 
 NAME = "metrics_csv"
@@ -43,11 +44,11 @@ ROLE_ROWS = 20
 _FIELD_LIMIT = csv.field_size_limit()
 """csv.reader refuses a longer cell; a line this short cannot hold one."""
 
-_BENCH_START = re.compile(r"^\s*=+\s*(?P<title>[^=]*?(?:Result|Benchmark)[^=]*?)\s*=+\s*$", re.I)
-_BENCH_RULE = re.compile(r"^\s*=+\s*$")
-_BENCH_SECTION = re.compile(r"^\s*-{3,}(?P<title>[^-].*?)?-*\s*$")
-_BENCH_LINE = re.compile(r"^\s*(?P<key>[A-Za-z][^:]{0,80}?)\s*:\s+(?P<value>\S(?:.*\S)?)\s*$")
-_UNIT = re.compile(r"\((ms|s|us|µs|tok/s|req/s|tokens/s|%)\)\s*$")
+_BENCH_START = lazy_regex(r"^\s*=+\s*(?P<title>[^=]*?(?:Result|Benchmark)[^=]*?)\s*=+\s*$", re.I)
+_BENCH_RULE = lazy_regex(r"^\s*=+\s*$")
+_BENCH_SECTION = lazy_regex(r"^\s*-{3,}(?P<title>[^-].*?)?-*\s*$")
+_BENCH_LINE = lazy_regex(r"^\s*(?P<key>[A-Za-z][^:]{0,80}?)\s*:\s+(?P<value>\S(?:.*\S)?)\s*$")
+_UNIT = lazy_regex(r"\((ms|s|us|µs|tok/s|req/s|tokens/s|%)\)\s*$")
 
 
 def capture(ctx: CaptureContext) -> Iterator[Artifact]:

@@ -63,6 +63,7 @@ from collectors.framework.launcher_places import (
     Rendezvous,
     trace_rows,
 )
+from collectors.framework.lazy_re import lazy_regex
 from collectors.framework.torch_dist import Continuation, Finding
 
 NAME = "nccl"
@@ -116,7 +117,7 @@ NEEDLES = ("exitcode", "signal", "exit barrier", "ChildFailedError", "Root Cause
            *WRITE_NEEDLES, *ENV_NEEDLES)
 """Literal words for the rest (torchrun, NaN losses, overflows, flight recorder, step timing, write
 errors): alternatives of the one RE2 pass of _hits_regex."""
-_CKPT_CONTEXT = re.compile(rb"torch\.save|save_checkpoint|serialization\.py|checkpoint|ckpt|safetensors|state_dict|"
+_CKPT_CONTEXT = lazy_regex(rb"torch\.save|save_checkpoint|serialization\.py|checkpoint|ckpt|safetensors|state_dict|"
                            rb"save_pretrained|dcp\.save|\.pth?\b", re.I)
 """A write error with one of these in the lines before it (a ``torch.save`` traceback, ``Saving
 checkpoint to …``) is a checkpoint write failure."""
@@ -130,8 +131,8 @@ GREP_PATTERN = "|".join(
     + [re.escape(n).replace("\\ ", " ") for n in NEEDLES])
 """The same selection as an ERE, for ``grep -cE`` (the benchmark's baseline)."""
 
-_TIME_CORE = re.compile(rb":[0-5]\d:[0-5]\d")
-_DATED = re.compile(rb"\s*(?:\[?\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d|\[?[EWIFD]\d{4} \d\d:\d\d:\d\d)")
+_TIME_CORE = lazy_regex(rb":[0-5]\d:[0-5]\d")
+_DATED = lazy_regex(rb"\s*(?:\[?\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d|\[?[EWIFD]\d{4} \d\d:\d\d:\d\d)")
 """A line that starts with its own time: the skipped lines before it need not be searched for one, its
 own stamp supersedes theirs (unless undated events are still waiting for the first time in the file)."""
 """Every supported timestamp has HH:MM:SS; ':' makes this a literal-led, C-speed search."""
@@ -139,7 +140,7 @@ own stamp supersedes theirs (unless undated events are still waiting for the fir
 # -- line prefixes and timestamps ------------------------------------------------------------------------------
 
 _ISO = r"\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
-_PREFIX = re.compile(rf"""\s*(?:
+_PREFIX = lazy_regex(rf"""\s*(?:
     (?P<iso>{_ISO})(?:\s*[:|]\s+|\s+-\s+|\s+|$)
   | \[(?P<biso>{_ISO})\](?::\s*|\s*)
   | \[(?P<hflvl>DEBUG|INFO|WARNING|ERROR|CRITICAL)\|(?P<hffile>[^\]\s]+)\]\s+(?P<hfiso>{_ISO})\s*(?:>>\s*)?
@@ -156,9 +157,9 @@ _PREFIX = re.compile(rf"""\s*(?:
   | (?P<syslog>[A-Z][a-z]{{2}}\ [\ \d]\d\ \d\d:\d\d:\d\d)\ (?P<shost>[\w.\-]+)\ (?P<sproc>[^\s:\[]+)(?:\[\d+\])?:\s
   | (?P<srun>\d{{1,5}}):\ (?=\S)
 )""", re.X)
-_GLOG_PARTS = re.compile(r"[EWIFD](\d{3,4}) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?")
-_VDATE_PARTS = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)()")
-_SYSLOG_PARTS = re.compile(r"([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)()")
+_GLOG_PARTS = lazy_regex(r"[EWIFD](\d{3,4}) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?")
+_VDATE_PARTS = lazy_regex(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)()")
+_SYSLOG_PARTS = lazy_regex(r"([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)()")
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
                                        "Dec"), start=1)}
 
@@ -183,7 +184,7 @@ class _Prefix:
     host: str | None = None
 
 
-_ISO_PARTS = re.compile(r"(\d{4}-\d\d-\d\d)[T _](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?$")
+_ISO_PARTS = lazy_regex(r"(\d{4}-\d\d-\d\d)[T _](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?$")
 
 
 def iso_stamp(text: str) -> _Stamp | None:
@@ -204,49 +205,49 @@ def iso_stamp(text: str) -> _Stamp | None:
 
 # -- NCCL's own lines ------------------------------------------------------------------------------------------
 
-_NCCL_HDR = re.compile(r"(?<![\w.\-])(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+_NCCL_HDR = lazy_regex(r"(?<![\w.\-])(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
                        r"(?:(?P<src>[^\s]+?:\d+)(?: \((?P<func>[^)]*)\))? )?"
                        r"NCCL (?P<lvl>INFO|WARN|ERROR|ABORT|TRACE|CALL)(?: |$)")
-_NCCL_BARE = re.compile(r"(?:(?P<src>[^\s]+?:\d+) )?NCCL (?P<lvl>WARN|ERROR|ABORT) (?P<msg>.*)")
-_BARE_VERSION = re.compile(r"NCCL version (?P<ver>\S+)")
-_INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) n[Rr]anks (?P<nranks>\d+)")
+_NCCL_BARE = lazy_regex(r"(?:(?P<src>[^\s]+?:\d+) )?NCCL (?P<lvl>WARN|ERROR|ABORT) (?P<msg>.*)")
+_BARE_VERSION = lazy_regex(r"NCCL version (?P<ver>\S+)")
+_INIT = lazy_regex(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) n[Rr]anks (?P<nranks>\d+)")
 _INIT_FIELDS = {name: re.compile(rf"\b{name} (?P<v>[0-9a-fA-Fx]+)") for name in
                 ("cudaDev", "nvmlDev", "busId", "commId", "nNodes", "localRanks", "localRank")}
-_INIT_STATE = re.compile(r"Init (?P<state>START|COMPLETE)")
-_VERSION = re.compile(r"NCCL version (?P<v>[\w.+\-]+)")
-_CHANNEL = re.compile(r"Channel (?P<ch>\d+(?:/\d+)?) : (?P<src>\d+)\[(?P<sdev>[\da-fA-F]+)\] -> (?P<dst>\d+)"
+_INIT_STATE = lazy_regex(r"Init (?P<state>START|COMPLETE)")
+_VERSION = lazy_regex(r"NCCL version (?P<v>[\w.+\-]+)")
+_CHANNEL = lazy_regex(r"Channel (?P<ch>\d+(?:/\d+)?) : (?P<src>\d+)\[(?P<sdev>[\da-fA-F]+)\] -> (?P<dst>\d+)"
                       r"\[(?P<ddev>[\da-fA-F]+)\](?: \[(?P<dir>send|receive)\])? via (?P<via>\S+)")
-_CHANNEL_LINE = re.compile(rb"(?P<host>[\w.\-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL INFO Channel (?P<ch>\d+(?:/\d+)?) : "
+_CHANNEL_LINE = lazy_regex(rb"(?P<host>[\w.\-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL INFO Channel (?P<ch>\d+(?:/\d+)?) : "
                            rb"(?P<src>\d+)\[[\da-fA-F]+\] -> (?P<dst>\d+)\[[\da-fA-F]+\]"
                            rb"(?: \[(?P<dir>send|receive)\])? via (?P<via>\S+)")
 """A bare channel-connect line (no prefix, so no time to learn from it): read without decoding."""
-_NET_USING = re.compile(r"NET/(?P<net>IB|Socket)\s*: Using (?P<devs>.*?)(?:\s*;\s*OOB (?P<oob>\S+))?\s*$")
-_BOOTSTRAP = re.compile(r"Bootstrap\s*: Using (?P<oob>\S+)")
-_NETWORK = re.compile(r"Using network (?P<net>\S+)")
-_CHAIN = re.compile(r"(?P<src>\S+?:\d+) -> (?P<code>\d+)(?: \[(?P<thread>[^\]]+)\])?\s*$")
+_NET_USING = lazy_regex(r"NET/(?P<net>IB|Socket)\s*: Using (?P<devs>.*?)(?:\s*;\s*OOB (?P<oob>\S+))?\s*$")
+_BOOTSTRAP = lazy_regex(r"Bootstrap\s*: Using (?P<oob>\S+)")
+_NETWORK = lazy_regex(r"Using network (?P<net>\S+)")
+_CHAIN = lazy_regex(r"(?P<src>\S+?:\d+) -> (?P<code>\d+)(?: \[(?P<thread>[^\]]+)\])?\s*$")
 
-_IB_WC = re.compile(r"Got completion from peer (?P<peer>\S+?) with (?:status=|error )(?:(?P<sname>IBV_WC_\w+)\()?"
+_IB_WC = lazy_regex(r"Got completion from peer (?P<peer>\S+?) with (?:status=|error )(?:(?P<sname>IBV_WC_\w+)\()?"
                     r"(?P<status>\d+)")
 _WC_FIELDS = {
     "opcode": re.compile(r"opcode[= ](?:IBV_WC_\w+\()?(?P<v>\d+)"),
     "len": re.compile(r"\blen[= ](?P<v>\d+)"),
     "vendor_err": re.compile(r"vendor[ _]err[= ]?\s*(?P<v>\d+)"),
 }
-_WC_DIR = re.compile(r"\((?P<v>Send|Recv|Flush|Read|Write|Unused|Unknown|Put|Get)\)")
-_GIDS = re.compile(r"localGid\s*(?P<local>\S+)|remoteGids?\s*(?P<remote>\S+)|\bhca (?P<hca>\S+)")
-_ASYNC = re.compile(r"Got async event\s*:\s*(?P<v>[^,;]+?)\s*(?:$|[,;])")
-_IBV_CALL = re.compile(r"Call to (?P<call>ibv_\w+) failed(?:\s*(?:with error|:)\s*(?P<err>.+))?")
-_SOCKET_CALL = re.compile(r"Call to (?P<op>recv|send|connect|accept|poll|read|write|socket)\b(?: (?:from|to) "
+_WC_DIR = lazy_regex(r"\((?P<v>Send|Recv|Flush|Read|Write|Unused|Unknown|Put|Get)\)")
+_GIDS = lazy_regex(r"localGid\s*(?P<local>\S+)|remoteGids?\s*(?P<remote>\S+)|\bhca (?P<hca>\S+)")
+_ASYNC = lazy_regex(r"Got async event\s*:\s*(?P<v>[^,;]+?)\s*(?:$|[,;])")
+_IBV_CALL = lazy_regex(r"Call to (?P<call>ibv_\w+) failed(?:\s*(?:with error|:)\s*(?P<err>.+))?")
+_SOCKET_CALL = lazy_regex(r"Call to (?P<op>recv|send|connect|accept|poll|read|write|socket)\b(?: (?:from|to) "
                           r"(?P<peer>\S+))? ?failed\s*:?\s*(?P<err>.*)$")
-_CONNECT = re.compile(r"Connect to (?P<peer>\S+) failed\s*:\s*(?P<err>.*)$")
-_CLOSED = re.compile(r"Connection closed by remote peer (?P<peer>\S+)")
-_SOCK_ERR = re.compile(r"Connection reset by peer|Broken pipe|Connection refused|Connection timed out|"
+_CONNECT = lazy_regex(r"Connect to (?P<peer>\S+) failed\s*:\s*(?P<err>.*)$")
+_CLOSED = lazy_regex(r"Connection closed by remote peer (?P<peer>\S+)")
+_SOCK_ERR = lazy_regex(r"Connection reset by peer|Broken pipe|Connection refused|Connection timed out|"
                        r"No route to host|Network is unreachable|Connection closed by remote peer")
-_PROXY = re.compile(r"\[Proxy Service (?P<svc>\d+)\] Failed to execute operation (?P<op>\w+) from rank "
+_PROXY = lazy_regex(r"\[Proxy Service (?P<svc>\d+)\] Failed to execute operation (?P<op>\w+) from rank "
                     r"(?P<rank>\d+), retcode (?P<code>\d+)")
-_CUDA_FAILURE = re.compile(r"Cuda failure (?:(?P<code>\d+) )?'(?P<text>[^']*)'")
-_NET_WORDS = re.compile(r"NET/|\bIB\b|ibv_|[Ss]ocket|[Bb]ootstrap|[Cc]onnect|[Pp]roxy|remote|network|peer", re.I)
-_STRONG = re.compile(r"WorkNCCL\(|Watchdog caught|NCCL (?:WARN|ERROR|ABORT)|Init COMPLETE|CUDA error|exitcode|"
+_CUDA_FAILURE = lazy_regex(r"Cuda failure (?:(?P<code>\d+) )?'(?P<text>[^']*)'")
+_NET_WORDS = lazy_regex(r"NET/|\bIB\b|ibv_|[Ss]ocket|[Bb]ootstrap|[Cc]onnect|[Pp]roxy|remote|network|peer", re.I)
+_STRONG = lazy_regex(r"WorkNCCL\(|Watchdog caught|NCCL (?:WARN|ERROR|ABORT)|Init COMPLETE|CUDA error|exitcode|"
                      r"NCCL error")
 """Markers that mean a line should have parsed: one that did not was cut or garbled, and is counted."""
 
@@ -1220,19 +1221,19 @@ def capture(ctx: CaptureContext) -> Iterator[Artifact]:
             yield from (artifact for artifact in parts if artifact is not None)
 
 
-_SNIFF_NCCL = re.compile(r"[\w.\-]+:\d+:\d+ \[\d+\] (?:\S+ )?NCCL (?:INFO|WARN|ERROR)|^NCCL version \d", re.M)
-_SNIFF_TORCH = re.compile(r"ProcessGroupNCCL|WorkNCCL\(|NCCL error|torch[./]distributed[./]elastic|ChildFailedError|"
+_SNIFF_NCCL = lazy_regex(r"[\w.\-]+:\d+:\d+ \[\d+\] (?:\S+ )?NCCL (?:INFO|WARN|ERROR)|^NCCL version \d", re.M)
+_SNIFF_TORCH = lazy_regex(r"ProcessGroupNCCL|WorkNCCL\(|NCCL error|torch[./]distributed[./]elastic|ChildFailedError|"
                           r"Root Cause \(first observed failure\)|CUDA out of memory|CUDA error: |OutOfMemoryError|"
                           r"DistBackendError|ncclSystemError|ncclRemoteError|Not all ranks joining collective")
-_SNIFF_TRAIN = re.compile(r"""['"]loss['"]: (?:nan|inf)|lm loss: (?:nan|NaN)|loss=nan|found NaN in|OVERFLOW! Rank|"""
+_SNIFF_TRAIN = lazy_regex(r"""['"]loss['"]: (?:nan|inf)|lm loss: (?:nan|NaN)|loss=nan|found NaN in|OVERFLOW! Rank|"""
                           r"Gradient overflow\.|elapsed time per iteration \(ms\)|\] rank=\d+ time \(ms\) \||"
                           r"global_step=\d+, RunningAvgSamplesPerSec=|\bstep:\s*\d+\s+loss:.{0,80}\btps:|"
                           r"""['"]train_runtime['"]:|\bstep[ :=]+\d+\b.{0,120}\bstep[_ ]time\b""")
 """Trainer logs without NCCL lines: NaN losses, and the step-timing lines torch_dist.step_time reads."""
-_SNIFF_ENV = re.compile(r"^(?:\d{1,5}: )?(?:export |declare -x )?(?:SLURM_PROCID|SLURM_LOCALID|LOCAL_RANK)=[\"']?\d",
+_SNIFF_ENV = lazy_regex(r"^(?:\d{1,5}: )?(?:export |declare -x )?(?:SLURM_PROCID|SLURM_LOCALID|LOCAL_RANK)=[\"']?\d",
                         re.M)
 """An environment dump that says which rank a process was (collectors/framework/launcher_places.py)."""
-_SNIFF_RANK_PREFIX = re.compile(r"^\[(?:rank|[A-Za-z_]+)\d+\]:", re.M)
+_SNIFF_RANK_PREFIX = lazy_regex(r"^\[(?:rank|[A-Za-z_]+)\d+\]:", re.M)
 """torchrun --tee's per-rank prefix: a rank's log, whatever it says (a storage error in it keeps its rank)."""
 
 

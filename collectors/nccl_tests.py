@@ -26,28 +26,29 @@ from typing import Any, BinaryIO
 
 from collectors.base import Event, ParseContext, Row, Skipped
 from collectors.framework import torch_dist
+from collectors.framework.lazy_re import lazy_regex
 
 NAME = "nccl_tests"
 LAYER = "network_storage"
 KINDS = ("nccl_tests",)
 
-_START = re.compile(r"^#\s*Collective test starting:\s*(\w+)")
-_END = re.compile(r"^#\s*Collective test concluded:\s*(\w+)")
-_PARAMS = re.compile(r"^#?\s*nThread\s+\d+\s+nGpus\s+\d+\s+minBytes\s+\d+\s+maxBytes\s+\d+")
-_VERSION = re.compile(r"^#\s*nccl-tests version\s+\S+.*?nccl-library=(\d+)")
-_RANK = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+"
+_START = lazy_regex(r"^#\s*Collective test starting:\s*(\w+)")
+_END = lazy_regex(r"^#\s*Collective test concluded:\s*(\w+)")
+_PARAMS = lazy_regex(r"^#?\s*nThread\s+\d+\s+nGpus\s+\d+\s+minBytes\s+\d+\s+maxBytes\s+\d+")
+_VERSION = lazy_regex(r"^#\s*nccl-tests version\s+\S+.*?nccl-library=(\d+)")
+_RANK = lazy_regex(r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+"
                    r"\[[^\]]*\]\s+(.+?)\s*$")
-_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+(.*)$")
+_ROW = lazy_regex(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+(.*)$")
 """size count type redop root, then per out-of-place and in-place: time algbw busbw #wrong (or N/A)."""
-_ROW_OLD = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(?=\d)(.*)$")
+_ROW_OLD = lazy_regex(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(?=\d)(.*)$")
 """Before nccl-tests 2.10 there was no root column (``1048576  262144  float  sum  1626.5 ...``)."""
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([\d.]+)")
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?", re.IGNORECASE)
-_NCCL_FAIL = re.compile(r"^(?:(?P<host>[\w.\-]+): )?Test NCCL failure (?P<where>\S+:\d+) '(?P<error>.*?)"
+_AVG = lazy_regex(r"^#\s*Avg bus bandwidth\s*:\s*([\d.]+)")
+_OOB = lazy_regex(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?", re.IGNORECASE)
+_NCCL_FAIL = lazy_regex(r"^(?:(?P<host>[\w.\-]+): )?Test NCCL failure (?P<where>\S+:\d+) '(?P<error>.*?)"
                         r"(?: / (?P<last>.*))?'\s*$")
 _CUDA_FAIL = re.compile(r"^(?:(?P<host>[\w.\-]+): )?Test CUDA failure (?P<where>\S+:\d+) '(?P<error>.*)'\s*$")
-_CHAIN = re.compile(r"^\s*\.\. (?P<host>[\w.\-]+) pid (?P<pid>\d+): Test failure (?P<where>\S+:\d+)")
-_LAUNCHER = re.compile(r"^\[\d+(?:,\d+)?\]<?\w*>?:?\s?|^\[\d+\]\s*")
+_CHAIN = lazy_regex(r"^\s*\.\. (?P<host>[\w.\-]+) pid (?P<pid>\d+): Test failure (?P<where>\S+:\d+)")
+_LAUNCHER = lazy_regex(r"^\[\d+(?:,\d+)?\]<?\w*>?:?\s?|^\[\d+\]\s*")
 """A launcher's rank prefix (``[0]``, ``[1,0]<stdout>:``) in front of each line."""
 
 

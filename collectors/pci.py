@@ -22,23 +22,24 @@ from datetime import datetime
 from typing import BinaryIO
 
 from collectors.base import Artifact, CaptureContext, Event, HostFact, ParseContext, Row, Skipped, gpu_id
+from collectors.framework.lazy_re import lazy_regex
 
 NAME = "pci"
 LAYER = "hardware"
 KINDS = ("lspci_vv",)
 TIMEOUT = 20.0
 
-_HEADER = re.compile(r"^((?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(.+?)(?:\s\[[0-9a-f]{4}\])?:"
+_HEADER = lazy_regex(r"^((?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(.+?)(?:\s\[[0-9a-f]{4}\])?:"
                      r"\s+(.*)$")
-_LNK = re.compile(r"^\s+(LnkCap|LnkSta):\s+(.*)$")
-_SPEED = re.compile(r"Speed\s+([\d.]+GT/s|unknown)(\s*\((?:downgraded|ok)\))?", re.IGNORECASE)
-_WIDTH = re.compile(r"Width\s+x(\d+)(\s*\((?:downgraded|ok|strange)\))?", re.IGNORECASE)
-_AER = re.compile(r"^\s+(UESta|UESvrt|CESta):\s+(.*)$")
-_BIT = re.compile(r"([A-Za-z][\w]*)([+-])")
+_LNK = lazy_regex(r"^\s+(LnkCap|LnkSta):\s+(.*)$")
+_SPEED = lazy_regex(r"Speed\s+([\d.]+GT/s|unknown)(\s*\((?:downgraded|ok)\))?", re.IGNORECASE)
+_WIDTH = lazy_regex(r"Width\s+x(\d+)(\s*\((?:downgraded|ok|strange)\))?", re.IGNORECASE)
+_AER = lazy_regex(r"^\s+(UESta|UESvrt|CESta):\s+(.*)$")
+_BIT = lazy_regex(r"([A-Za-z][\w]*)([+-])")
 
-_GPU_CLASS = re.compile(r"VGA compatible controller|3D controller|Display controller|Processing accelerators",
+_GPU_CLASS = lazy_regex(r"VGA compatible controller|3D controller|Display controller|Processing accelerators",
                         re.IGNORECASE)
-_NIC_CLASS = re.compile(r"Ethernet controller|Infiniband controller|Network controller|Fabric controller",
+_NIC_CLASS = lazy_regex(r"Ethernet controller|Infiniband controller|Network controller|Fabric controller",
                         re.IGNORECASE)
 DEFAULT_FATAL = {"DLP", "SDES", "FCP", "RxOF", "MalfTLP", "SurpriseDown"}
 """Uncorrectable errors the PCIe spec makes fatal by default, used when UESvrt was not printed."""
@@ -62,7 +63,7 @@ def sniff(name: str, head: str) -> dict[str, int]:
     return {}
 
 
-_HEADER_LINE = re.compile(r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] [^:\n]+:", re.MULTILINE)
+_HEADER_LINE = lazy_regex(r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] [^:\n]+:", re.MULTILINE)
 
 
 @dataclass

@@ -39,6 +39,7 @@ from collectors.base import Artifact, CaptureContext, ParseContext, Row, SeriesP
 from collectors.framework import metric_vocabulary as vocabulary
 from collectors.framework.framing import format_iso
 from collectors.framework.json_items import Damage, decoded, no_lone_surrogates, values
+from collectors.framework.lazy_re import lazy_regex
 
 NAME = "prometheus"
 LAYER = "business"
@@ -54,29 +55,29 @@ REQUEST_TIMEOUT = 10.0
 MAX_POINTS = 11_000
 """Prometheus refuses range queries with more points than this per series."""
 
-_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_SAMPLE_HEAD = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^\n]*\})?[ \t]+\S+(?:[ \t]+-?\d+(?:\.\d+)?)?[ \t]*$")
-_TYPE_LINE = re.compile(r"^#\s*TYPE\s+\S+\s+(?:counter|gauge|histogram|summary|untyped|gaugehistogram|info|"
+_NAME = lazy_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = lazy_regex(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_SAMPLE_HEAD = lazy_regex(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^\n]*\})?[ \t]+\S+(?:[ \t]+-?\d+(?:\.\d+)?)?[ \t]*$")
+_TYPE_LINE = lazy_regex(r"^#\s*TYPE\s+\S+\s+(?:counter|gauge|histogram|summary|untyped|gaugehistogram|info|"
                         r"stateset|unknown)\s*$", re.MULTILINE)
-_HELP_LINE = re.compile(r"^#\s*HELP\s+\S+", re.MULTILINE)
-_SERVING_PREFIX = re.compile(r"^(?:vllm:|sglang:|tgi_|nv_inference_|nv_gpu_|nv_trt_llm_)", re.MULTILINE)
+_HELP_LINE = lazy_regex(r"^#\s*HELP\s+\S+", re.MULTILINE)
+_SERVING_PREFIX = lazy_regex(r"^(?:vllm:|sglang:|tgi_|nv_inference_|nv_gpu_|nv_trt_llm_)", re.MULTILINE)
 _SERVING_WORDS = ("vllm:", "sglang:", "tgi_", "nv_")
 """What every _SERVING_PREFIX match holds: a text without any is not searched."""
-_STAMP = re.compile(r"(\d{8}T\d{6}(?:[.,]\d{1,9})?Z)")
-_API_HEAD = re.compile(r'^\s*[\[{].*"(?:resultType|errorType)"', re.DOTALL)
-_LOGGED_RESPONSE = re.compile(r"""['"]status['"]\s*:\s*['"](?:success|error)['"]""")
-_FINDING = re.compile(r"Finding\s+(?P<stat>\S+)\s+(?P<metric>[a-zA-Z_:][\w:]*)\s+with the following query:"
+_STAMP = lazy_regex(r"(\d{8}T\d{6}(?:[.,]\d{1,9})?Z)")
+_API_HEAD = lazy_regex(r'^\s*[\[{].*"(?:resultType|errorType)"', re.DOTALL)
+_LOGGED_RESPONSE = lazy_regex(r"""['"]status['"]\s*:\s*['"](?:success|error)['"]""")
+_FINDING = lazy_regex(r"Finding\s+(?P<stat>\S+)\s+(?P<metric>[a-zA-Z_:][\w:]*)\s+with the following query:"
                       r"\s*(?P<q>.+)$")
-_METRIC_NAME = re.compile(r"^\s*Metric Name:\s*(?P<metric>[a-zA-Z_:][\w:]*)\s*$")
-_STAT_LINE = re.compile(r"^\s*(?P<stat>Mean|Median|Min|Max|Avg|P\d+(?:\.\d+)?)\s*:\s*(?P<value>\S+)\s*$", re.I)
-_HQ = re.compile(r"histogram_quantile\(\s*(?P<q>[0-9.]+)\s*,.*?(?P<metric>[a-zA-Z_:][\w:]*)_bucket\b", re.DOTALL)
-_SELECTOR = re.compile(r"^\s*(?P<metric>[a-zA-Z_:][\w:]*)\s*(?:\{[^}]*\})?\s*$")
-_MATCHER = re.compile(r"""(?P<name>[a-zA-Z_]\w*)\s*=\s*(?P<quote>['"])(?P<value>(?:[^'"\\]|\\.)*)(?P=quote)""")
-_RANGE = re.compile(r"\[(?P<range>\d+[smhdwy])\]")
-_RESULT_TYPE = re.compile(r'"resultType"\s*:\s*"(\w+)"')
-_SCRAPE_MARK = re.compile(r"^# gpuwb-scrape url=(?P<url>\S+) time=(?P<time>\S+)\s*$")
-_LOOPBACK = re.compile(r"^(?:127\.\d+\.\d+\.\d+|localhost|::1|0\.0\.0\.0)$", re.I)
+_METRIC_NAME = lazy_regex(r"^\s*Metric Name:\s*(?P<metric>[a-zA-Z_:][\w:]*)\s*$")
+_STAT_LINE = lazy_regex(r"^\s*(?P<stat>Mean|Median|Min|Max|Avg|P\d+(?:\.\d+)?)\s*:\s*(?P<value>\S+)\s*$", re.I)
+_HQ = lazy_regex(r"histogram_quantile\(\s*(?P<q>[0-9.]+)\s*,.*?(?P<metric>[a-zA-Z_:][\w:]*)_bucket\b", re.DOTALL)
+_SELECTOR = lazy_regex(r"^\s*(?P<metric>[a-zA-Z_:][\w:]*)\s*(?:\{[^}]*\})?\s*$")
+_MATCHER = lazy_regex(r"""(?P<name>[a-zA-Z_]\w*)\s*=\s*(?P<quote>['"])(?P<value>(?:[^'"\\]|\\.)*)(?P=quote)""")
+_RANGE = lazy_regex(r"\[(?P<range>\d+[smhdwy])\]")
+_RESULT_TYPE = lazy_regex(r'"resultType"\s*:\s*"(\w+)"')
+_SCRAPE_MARK = lazy_regex(r"^# gpuwb-scrape url=(?P<url>\S+) time=(?P<time>\S+)\s*$")
+_LOOPBACK = lazy_regex(r"^(?:127\.\d+\.\d+\.\d+|localhost|::1|0\.0\.0\.0)$", re.I)
 
 
 # -- sniffing ----------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from collectors.base import (
 )
 from collectors.framework.hostlist import expand_hostlist
 from collectors.framework.json_items import decoded, no_lone_surrogates, one_item
+from collectors.framework.lazy_re import lazy_regex
 
 NAME = "slurm"
 LAYER = "scheduling"
@@ -109,63 +110,63 @@ SIGNALS = {"hangup": 1, "interrupt": 2, "quit": 3, "illegal instruction": 4, "tr
            "segmentation fault": 11, "user defined signal 2": 12, "terminated": 15}
 
 _ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?"
-_LOG_BRACKET = re.compile(rf"^\[({_ISO})\]\s*(?:\[(\d[\w.+]*)\]\s*)?(.*)$")
-_LOG_SYSLOG = re.compile(r"^(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2})\s+(?P<clock>\d\d:\d\d:\d\d)(?:\.\d+)?\s+"
+_LOG_BRACKET = lazy_regex(rf"^\[({_ISO})\]\s*(?:\[(\d[\w.+]*)\]\s*)?(.*)$")
+_LOG_SYSLOG = lazy_regex(r"^(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2})\s+(?P<clock>\d\d:\d\d:\d\d)(?:\.\d+)?\s+"
                          r"(?P<host>\S+)\s+(?P<prog>slurm\w*)(?:-\S+)?(?:\[\d+\])?:\s*(?:\[(?P<step>\d[\w.+]*)\]\s*)?"
                          r"(?P<msg>.*)$")
-_LOG_ISO_SYSLOG = re.compile(rf"^(?P<ts>{_ISO})\s+(?P<host>\S+)\s+(?P<prog>slurm\w*)(?:-\S+)?(?:\[\d+\])?:\s*"
+_LOG_ISO_SYSLOG = lazy_regex(rf"^(?P<ts>{_ISO})\s+(?P<host>\S+)\s+(?P<prog>slurm\w*)(?:-\S+)?(?:\[\d+\])?:\s*"
                              r"(?:\[(?P<step>\d[\w.+]*)\]\s*)?(?P<msg>.*)$")
-_PROGRAM_PREFIX = re.compile(r"^(?P<prog>slurmstepd|srun|salloc|sbatch|slurmd|slurmctld)(?:-(?P<host>[\w.-]+))?:\s*"
+_PROGRAM_PREFIX = lazy_regex(r"^(?P<prog>slurmstepd|srun|salloc|sbatch|slurmd|slurmctld)(?:-(?P<host>[\w.-]+))?:\s*"
                              r"(?:\[(?P<step>\d[\w.+]*)\]\s*)?(?P<msg>.*)$")
-_DATE_LINE = re.compile(r"^(?:[A-Z][a-z]{2}\s+)?([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d\d:\d\d:\d\d)\s+(?:[A-Z]{2,5}\s+)?"
+_DATE_LINE = lazy_regex(r"^(?:[A-Z][a-z]{2}\s+)?([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d\d:\d\d:\d\d)\s+(?:[A-Z]{2,5}\s+)?"
                         r"(\d{4})$")
-_ANSIBLE = re.compile(r'^\s*"((?:[^"\\]|\\.)*)",?\s*$')
-_PROMPT = re.compile(r"^\s*(?:\[[^\]]*\]|\S+@\S+:?\S*)\s*[$#]\s*(?P<cmd>\S+)|"
+_ANSIBLE = lazy_regex(r'^\s*"((?:[^"\\]|\\.)*)",?\s*$')
+_PROMPT = lazy_regex(r"^\s*(?:\[[^\]]*\]|\S+@\S+:?\S*)\s*[$#]\s*(?P<cmd>\S+)|"
                      r"^\s*~?[$#]\s*(?:sacct|squeue|sinfo|scontrol|sacctmgr|seff|sstat|sreport)\b")
 """A shell prompt before a pasted command, ``[user@host ~]$ sacct``, or a bare ``$ sacct -j 42``."""
-_KV_START = re.compile(r"^\s*[A-Za-z][\w/:.]*=")
-_KV_SPLIT = re.compile(r"(?:^|\s)([A-Za-z][\w/:.]*)=")
-_REASON_TAIL = re.compile(r"^(?P<reason>.*?)\s*\[(?P<user>[^@\]]+)@(?P<ts>[^\]]+)\]\s*$")
+_KV_START = lazy_regex(r"^\s*[A-Za-z][\w/:.]*=")
+_KV_SPLIT = lazy_regex(r"(?:^|\s)([A-Za-z][\w/:.]*)=")
+_REASON_TAIL = lazy_regex(r"^(?P<reason>.*?)\s*\[(?P<user>[^@\]]+)@(?P<ts>[^\]]+)\]\s*$")
 _JOBID = r"(?P<job>\d+(?:[_+]\d+)?)(?:\(\d+\))?"
 
 # Log messages (after the time/step prefix). Each maps to one event; see _log_message.
-_JOB_COMPLETE = re.compile(rf"_job_complete: JobId={_JOBID} (?P<how>WEXITSTATUS|WTERMSIG) (?P<code>\d+)")
-_TIME_LIMIT = re.compile(rf"Time limit exhausted for JobId={_JOBID}")
-_KILL_JOB = re.compile(rf"REQUEST_KILL_JOB:? JobId={_JOBID} uid (?P<uid>\d+)")
-_SUBMIT = re.compile(rf"_slurm_rpc_submit_batch_job:? JobId={_JOBID}")
-_ALLOCATE = re.compile(rf"(?:sched: Allocate|_start_job: Started|backfill: Started) JobId={_JOBID}"
+_JOB_COMPLETE = lazy_regex(rf"_job_complete: JobId={_JOBID} (?P<how>WEXITSTATUS|WTERMSIG) (?P<code>\d+)")
+_TIME_LIMIT = lazy_regex(rf"Time limit exhausted for JobId={_JOBID}")
+_KILL_JOB = lazy_regex(rf"REQUEST_KILL_JOB:? JobId={_JOBID} uid (?P<uid>\d+)")
+_SUBMIT = lazy_regex(rf"_slurm_rpc_submit_batch_job:? JobId={_JOBID}")
+_ALLOCATE = lazy_regex(rf"(?:sched: Allocate|_start_job: Started|backfill: Started) JobId={_JOBID}"
                        r"(?:.*?(?:NodeList=| on )(?P<nodes>\S+))?")
-_REQUEUE = re.compile(rf"[Rr]equeu\w* (?:of )?JobId={_JOBID}")
-_PREEMPT = re.compile(rf"[Pp]reempted JobId={_JOBID}")
-_NODE_FAIL_JOB = re.compile(rf"Killing JobId={_JOBID} on failed node (?P<node>\S+)")
-_UPDATE_REASON = re.compile(r"update_node: node (?P<node>\S+) reason set to: (?P<reason>.*)$")
-_UPDATE_STATE = re.compile(r"(?:update_node|drain_nodes|_drain_node|set_node_down\w*): node (?P<node>\S+) "
+_REQUEUE = lazy_regex(rf"[Rr]equeu\w* (?:of )?JobId={_JOBID}")
+_PREEMPT = lazy_regex(rf"[Pp]reempted JobId={_JOBID}")
+_NODE_FAIL_JOB = lazy_regex(rf"Killing JobId={_JOBID} on failed node (?P<node>\S+)")
+_UPDATE_REASON = lazy_regex(r"update_node: node (?P<node>\S+) reason set to: (?P<reason>.*)$")
+_UPDATE_STATE = lazy_regex(r"(?:update_node|drain_nodes|_drain_node|set_node_down\w*): node (?P<node>\S+) "
                            r"state set to (?P<state>\S+)")
-_NOT_RESPONDING = re.compile(r"Nodes? (?P<nodes>\S+) not responding(?P<down>, setting DOWN)?")
-_RESPONDING = re.compile(r"Node (?P<nodes>\S+) now responding")
-_RETURNED = re.compile(r"[Nn]ode (?P<node>\S+) returned to service")
-_BANNER = re.compile(r"\*\*\* (?P<what>JOB|STEP) (?P<id>\d[\w.+]*) (?:ON (?P<node>\S+) CANCELLED AT (?P<ts>\S+)"
+_NOT_RESPONDING = lazy_regex(r"Nodes? (?P<nodes>\S+) not responding(?P<down>, setting DOWN)?")
+_RESPONDING = lazy_regex(r"Node (?P<nodes>\S+) now responding")
+_RETURNED = lazy_regex(r"[Nn]ode (?P<node>\S+) returned to service")
+_BANNER = lazy_regex(r"\*\*\* (?P<what>JOB|STEP) (?P<id>\d[\w.+]*) (?:ON (?P<node>\S+) CANCELLED AT (?P<ts>\S+)"
                      r"(?: DUE [Tt][Oo] (?P<due>.+?))?(?: by \d+)?|STEPD TERMINATED ON (?P<node2>\S+) AT (?P<ts2>\S+)"
                      r" DUE TO (?P<due2>.+?)) \*\*\*")
-_OOM = re.compile(r"Detected (?P<count>\d+) oom[-_]kill events?(?:\(s\))? in (?:StepId=|step )(?P<step>\d[\w.+]*?)"
+_OOM = lazy_regex(r"Detected (?P<count>\d+) oom[-_]kill events?(?:\(s\))? in (?:StepId=|step )(?P<step>\d[\w.+]*?)"
                   r"(?: cgroup)?\.?(?:\s|$)")
-_MEM_LIMIT = re.compile(rf"(?:Job|JobId=?) {_JOBID} exceeded memory limit|Exceeded (?P<scope>job|step) memory limit")
-_SRUN_TASK = re.compile(r"^(?P<node>[\w.-]+): tasks? (?P<task>[\d,\-]+): (?P<why>.+)$")
-_TERMINATING = re.compile(r"Terminating (?:job step |StepId=)(?P<step>\d[\w.+]*)")
-_STEP_ABORTED = re.compile(r"Job step aborted")
-_NODE_FAILURE = re.compile(r"Node failure on (?P<node>\S+)")
-_BASH_KILLED = re.compile(r"^(?P<script>\S+): line \d+:\s+(?P<pid>\d+) (?P<sig>Killed|Terminated|Aborted|Bus error|"
+_MEM_LIMIT = lazy_regex(rf"(?:Job|JobId=?) {_JOBID} exceeded memory limit|Exceeded (?P<scope>job|step) memory limit")
+_SRUN_TASK = lazy_regex(r"^(?P<node>[\w.-]+): tasks? (?P<task>[\d,\-]+): (?P<why>.+)$")
+_TERMINATING = lazy_regex(r"Terminating (?:job step |StepId=)(?P<step>\d[\w.+]*)")
+_STEP_ABORTED = lazy_regex(r"Job step aborted")
+_NODE_FAILURE = lazy_regex(r"Node failure on (?P<node>\S+)")
+_BASH_KILLED = lazy_regex(r"^(?P<script>\S+): line \d+:\s+(?P<pid>\d+) (?P<sig>Killed|Terminated|Aborted|Bus error|"
                           r"Segmentation fault|Floating point exception|Illegal instruction|Hangup|Quit|"
                           r"User defined signal [12])(?: +\(core dumped\))?\s*(?P<cmd>.*)$")
-_SINFO_R_ROW = re.compile(r"^(?P<reason>\S.*?)\s+(?P<user>[a-z_][\w.-]*(?:\(\d+\))?)\s+"
+_SINFO_R_ROW = lazy_regex(r"^(?P<reason>\S.*?)\s+(?P<user>[a-z_][\w.-]*(?:\(\d+\))?)\s+"
                           r"(?P<timestamp>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\s+(?P<nodelist>[\w.\[\],-]+)$")
 """A ``sinfo -R`` row (REASON USER TIMESTAMP NODELIST) whose header was not pasted with it."""
-_SPOOL_JOB = re.compile(r"job0*(\d+)/slurm_script")
+_SPOOL_JOB = lazy_regex(r"job0*(\d+)/slurm_script")
 # One cheap test before the specific patterns below: most daemon log lines report none of these.
-_WORTH_A_LOOK = re.compile(r"JobId=|[Nn]ode|\*\*\*|oom|memory limit|task|Terminating|aborted|line \d+:|^Job ID:|"
+_WORTH_A_LOOK = lazy_regex(r"JobId=|[Nn]ode|\*\*\*|oom|memory limit|task|Terminating|aborted|line \d+:|^Job ID:|"
                            r"^State:|equeu|reempt")
-_SEFF_JOB = re.compile(r"^Job ID:\s*(?P<job>\d+(?:_\d+)?)\s*$")
-_SEFF_STATE = re.compile(r"^State:\s*(?P<state>[A-Z_]+)(?: by \d+)?\s*\(exit code (?P<code>-?\d+)\)")
+_SEFF_JOB = lazy_regex(r"^Job ID:\s*(?P<job>\d+(?:_\d+)?)\s*$")
+_SEFF_STATE = lazy_regex(r"^State:\s*(?P<state>[A-Z_]+)(?: by \d+)?\s*\(exit code (?P<code>-?\d+)\)")
 
 _HEADER_WORDS = {
     "PARTITION", "AVAIL", "TIMELIMIT", "NODES", "STATE", "NODELIST", "REASON", "USER", "TIMESTAMP", "CPUS", "S:C:T",
@@ -354,11 +355,11 @@ def sniff(name: str, head: str) -> dict[str, int]:
     return scores
 
 
-_JOB_STATE = re.compile(r"\bJobState=\w+")
+_JOB_STATE = lazy_regex(r"\bJobState=\w+")
 """Searched in a head's lines joined by newlines (after a plain substring test, far cheaper than a pattern
 that starts with \\b): no match can span two lines, so one search is the any() over lines."""
-_JOB_TIMES = re.compile(r"\b(?:ExitCode|SubmitTime|StartTime)=")
-_SLURM_WORDS = re.compile(r"JobId=|slurmstepd|slurm_script|srun: |_job_complete|update_node|\bsched: |"
+_JOB_TIMES = lazy_regex(r"\b(?:ExitCode|SubmitTime|StartTime)=")
+_SLURM_WORDS = lazy_regex(r"JobId=|slurmstepd|slurm_script|srun: |_job_complete|update_node|\bsched: |"
                           r"\*\*\* (?:JOB|STEP) \d|oom[-_]kill event|^State: [A-Z_]+ \(exit code")
 _SLURM_WORD_ANCHORS = ("JobId=", "slurmstepd", "slurm_script", "srun: ", "_job_complete", "update_node", "sched: ",
                        "*** JOB ", "*** STEP ", "kill event", "State: ")
@@ -366,7 +367,7 @@ _SLURM_WORD_ANCHORS = ("JobId=", "slurmstepd", "slurm_script", "srun: ", "_job_c
 _SACCT_ONLY = {"exitcode", "alloccpus", "maxrss", "totalcpu", "jobidraw", "derivedexitcode", "reqmem", "alloctres",
                "maxvmsize", "averss", "ncpus", "elapsedraw"}
 _HEADER_CELLS = sorted({*(k for k, v in _ALIASES.items() if v in ("jobid", "nodelist")), "jobid", "nodelist"})
-_HEADER_KEY = re.compile(r"[\s|](?:" + "|".join(map(re.escape, _HEADER_CELLS)) + r")(?![^\s|])")
+_HEADER_KEY = lazy_regex(r"[\s|](?:" + "|".join(map(re.escape, _HEADER_CELLS)) + r")(?![^\s|])")
 """A column _header_columns needs (one named jobid or nodelist), as a whole cell of the lower-cased lines, each
 after a newline: lines without one are not tried as a table header."""
 

@@ -48,6 +48,7 @@ from collectors.base import (
     infer_year,
 )
 from collectors.framework.framing import parse_iso
+from collectors.framework.lazy_re import lazy_regex
 
 NAME = "storage"
 LAYER = "network_storage"
@@ -138,11 +139,11 @@ def checkpoint_listing(directory: str, limit: int = 20_000) -> str | None:
 
 # -- sniffing -----------------------------------------------------------------------------------
 
-_WRITE_FAIL = re.compile(
+_WRITE_FAIL = lazy_regex(
     r"PytorchStreamWriter failed writing|write\(\): fd \d+ failed with|unexpected pos \d+ vs \d+"
     r"|No space left on device|\[Errno (?:5|28|122|30|116)\]|Input/output error|Disk quota exceeded"
     r"|Read-only file system|Stale file handle|Transport endpoint is not connected")
-_CKPT_CONTEXT = re.compile(r"torch\.save|save_checkpoint|serialization\.py|inline_container|checkpoint|ckpt"
+_CKPT_CONTEXT = lazy_regex(r"torch\.save|save_checkpoint|serialization\.py|inline_container|checkpoint|ckpt"
                            r"|\.safetensors|\.pt\b|\.pth\b|state_dict|save_pretrained|dcp\.save|save_model",
                            re.IGNORECASE)
 
@@ -212,7 +213,7 @@ def _await_outlier(value: float, baseline: float | None) -> bool:
 
 # -- iostat -------------------------------------------------------------------------------------
 
-_IOSTAT_HOST = re.compile(r"^Linux \S+ \((\S+)\)\s+(\S+)")
+_IOSTAT_HOST = lazy_regex(r"^Linux \S+ \((\S+)\)\s+(\S+)")
 _IOSTAT_TIME = [
     (re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)([+-]\d{4}|Z)?\s*$"), "iso"),
     (re.compile(r"^(\d\d/\d\d/\d{4}) (\d\d:\d\d:\d\d)(?: ([AP]M))?\s*$"), "us"),
@@ -362,7 +363,7 @@ def _parse_iostat(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
 
 # -- /proc/diskstats ----------------------------------------------------------------------------
 
-_DISKSTATS_HEAD = re.compile(r"^#\s*diskstats sample (\d+) at (\S+)")
+_DISKSTATS_HEAD = lazy_regex(r"^#\s*diskstats sample (\d+) at (\S+)")
 
 
 def _parse_diskstats(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
@@ -525,8 +526,8 @@ def _int(text: str | None) -> int | None:
     return int(text) if text and text.isdigit() else None
 
 
-_MOUNT_HEAD = re.compile(r"^device (\S+) mounted on (.+?) with fstype (\S+)(?: statvers=(\S+))?\s*$")
-_OP_LINE = re.compile(r"^\s+([A-Z_0-9]+):\s+(\d+(?:\s+\d+){7,})\s*$")
+_MOUNT_HEAD = lazy_regex(r"^device (\S+) mounted on (.+?) with fstype (\S+)(?: statvers=(\S+))?\s*$")
+_OP_LINE = lazy_regex(r"^\s+([A-Z_0-9]+):\s+(\d+(?:\s+\d+){7,})\s*$")
 
 
 def _parse_mountstats(stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
@@ -579,16 +580,16 @@ def _mount_done(ctx: ParseContext, mount: dict[str, Any] | None, ts: datetime | 
 
 # -- checkpoint directory -----------------------------------------------------------------------
 
-_LISTING_HEAD = re.compile(r"^#\s*checkpoint listing of (.+) at (\S+)\s*$")
-_FIND_LINE = re.compile(r"^(\d+(?:\.\d+)?) (\d+) (?:([fdlpsbc]) )?(.+)$")
-_LS_FULL = re.compile(r"^([-dlpsbc])[rwxsStT-]{9}[.+@]?\s+\d+\s+\S+\s+\S+\s+(\d+)\s+"
+_LISTING_HEAD = lazy_regex(r"^#\s*checkpoint listing of (.+) at (\S+)\s*$")
+_FIND_LINE = lazy_regex(r"^(\d+(?:\.\d+)?) (\d+) (?:([fdlpsbc]) )?(.+)$")
+_LS_FULL = lazy_regex(r"^([-dlpsbc])[rwxsStT-]{9}[.+@]?\s+\d+\s+\S+\s+\S+\s+(\d+)\s+"
                       r"(\d{4}-\d\d-\d\d) (\d\d:\d\d(?::\d\d(?:\.\d+)?)?)(?: ([+-]\d{4}))?\s+(.+)$")
-_LS_SHORT = re.compile(r"^([-dlpsbc])[rwxsStT-]{9}[.+@]?\s+\d+\s+\S+\s+\S+\s+(\d+)\s+"
+_LS_SHORT = lazy_regex(r"^([-dlpsbc])[rwxsStT-]{9}[.+@]?\s+\d+\s+\S+\s+\S+\s+(\d+)\s+"
                        r"([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d{4}|\d\d:\d\d)\s+(.+)$")
-_LS_DIR = re.compile(r"^(.+):\s*$")
-_CKPT_NAME = re.compile(r"checkpoint|ckpt|global_step|iter_\d|step[_-]?\d|epoch[_-]?\d|model_states|optim_states"
+_LS_DIR = lazy_regex(r"^(.+):\s*$")
+_CKPT_NAME = lazy_regex(r"checkpoint|ckpt|global_step|iter_\d|step[_-]?\d|epoch[_-]?\d|model_states|optim_states"
                         r"|\.(?:pt|pth|ckpt|safetensors|distcp|bin|pkl|h5|npz|msgpack)$", re.IGNORECASE)
-_TEMP_NAME = re.compile(r"(?:\.tmp|\.temp|\.partial|\.incomplete|\.part|\.inprogress|~)$|^\.?tmp|\.tmp[._-]"
+_TEMP_NAME = lazy_regex(r"(?:\.tmp|\.temp|\.partial|\.incomplete|\.part|\.inprogress|~)$|^\.?tmp|\.tmp[._-]"
                         r"|\.__temp|_tmp\b", re.IGNORECASE)
 """Temporary names of a file or of the directory a save writes into (HF Trainer's tmp-checkpoint-N,
 torch.save's partial files, rsync's dot files are not matched: they do not end a checkpoint)."""
@@ -738,10 +739,10 @@ _ERRNO = [
     (re.compile(r"Stale file handle|\[Errno 116\]|ESTALE"), "ESTALE"),
     (re.compile(r"Transport endpoint is not connected|\[Errno 107\]|ENOTCONN"), "ENOTCONN"),
 ]
-_STREAM_WRITER = re.compile(r"PytorchStreamWriter failed writing file (\S+?):? (.*)$")
-_FD_WRITE = re.compile(r"write\(\): fd (\d+) failed with (.*)$")
-_UNEXPECTED_POS = re.compile(r"unexpected pos \d+ vs \d+")
-_LOG_TS = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?\s*(Z|[+-]\d\d:?\d\d)?")
+_STREAM_WRITER = lazy_regex(r"PytorchStreamWriter failed writing file (\S+?):? (.*)$")
+_FD_WRITE = lazy_regex(r"write\(\): fd (\d+) failed with (.*)$")
+_UNEXPECTED_POS = lazy_regex(r"unexpected pos \d+ vs \d+")
+_LOG_TS = lazy_regex(r"(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?\s*(Z|[+-]\d\d:?\d\d)?")
 
 
 def write_failure(line: str) -> dict[str, Any] | None:

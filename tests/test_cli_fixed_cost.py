@@ -61,6 +61,25 @@ def test_signals_of_a_bundle_without_series_rows_are_none(tmp_path: Path):
         assert signals(bundle.con) == []
 
 
+def test_importing_every_collector_compiles_only_the_patterns_it_uses():
+    """Sniffing imports every collector; their module-level patterns compile on first use
+    (collectors/framework/lazy_re.py), not at import: 635 compiles were most of a small ingest's cost, 223
+    remain (patterns in tables, sniffers' own); the bound leaves room for new collectors, not a relapse."""
+    probe = ("import json, re\n"
+             "count = [0]\n"
+             "compile = re.compile\n"
+             "def counted(*args, **kwargs):\n"
+             "    count[0] += 1\n"
+             "    return compile(*args, **kwargs)\n"
+             "re.compile = counted\n"
+             "from collectors.framework import registry\n"
+             "assert len(registry.all_collectors()) > 10\n"
+             "print(json.dumps(count[0]))\n")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) < 400
+
+
 def test_an_ingest_of_an_nccl_warn_loads_the_signature_catalog_once(tmp_path: Path):
     """NCCL's own matchers (collectors/nccl.py) are cut from the process's catalog, not a second load."""
     log = tmp_path / "rank0.log"

@@ -37,12 +37,13 @@ from datetime import datetime, timedelta, timezone
 
 from collectors.base import MONTHS, from_monotonic, infer_year, to_utc
 from collectors.framework.json_items import no_lone_surrogates
+from collectors.framework.lazy_re import lazy_regex
 
 ISO = (r"(?P<date>\d{4}-\d\d-\d\d)[T _](?P<clock>\d\d:\d\d:\d\d)(?:(?P<sep>[.,])(?P<frac>\d{1,9}))?"
        r"(?P<tz>Z|[+-]\d\d(?::?\d\d)?)?")
 """The one ISO-8601 timestamp pattern (``T``, space or torchelastic's ``_``; ``.`` or ``,`` fraction up to
 nanoseconds; ``Z`` or an offset); :func:`iso_time` turns its match into UTC."""
-ISO_RE = re.compile(ISO)
+ISO_RE = lazy_regex(ISO)
 LEVELS = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
 _LEVEL_WORDS = r"TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|CRITICAL|CRIT|FATAL|PANIC"
 
@@ -107,54 +108,54 @@ def format_iso(when: datetime, timespec: str = "microseconds") -> str:
 
 # -- the wrapper rules, outermost kinds first ---------------------------------------------------------
 
-_FENCE = re.compile(r"\s{0,3}(?:```|~~~)[\w+-]*\s*$")
-_QUOTE = re.compile(r"\s{0,3}> ?")
-_INDENT = re.compile(r"[ \t]+(?=\[\s*[+\d]|\[[A-Z][a-z]{2}|\d{4}-\d\d-\d\d[T ]\d|[A-Z][a-z]{2} [ \d]\d \d\d:)")
+_FENCE = lazy_regex(r"\s{0,3}(?:```|~~~)[\w+-]*\s*$")
+_QUOTE = lazy_regex(r"\s{0,3}> ?")
+_INDENT = lazy_regex(r"[ \t]+(?=\[\s*[+\d]|\[[A-Z][a-z]{2}|\d{4}-\d\d-\d\d[T ]\d|[A-Z][a-z]{2} [ \d]\d \d\d:)")
 """An indented line that starts with a time is a pasted log (a Markdown list or code block), not a
 kernel continuation line (those carry no time of their own)."""
-_CRI = re.compile(rf"(?P<iso>{ISO}) (?P<stream>stdout|stderr) (?P<tag>[FP])(?: |$)")
-_RFC5424 = re.compile(rf"<(?P<pri>\d{{1,3}})>1 (?P<iso>{ISO}) (?P<host>\S+) (?P<app>\S+) (?P<procid>\S+) \S+ "
+_CRI = lazy_regex(rf"(?P<iso>{ISO}) (?P<stream>stdout|stderr) (?P<tag>[FP])(?: |$)")
+_RFC5424 = lazy_regex(rf"<(?P<pri>\d{{1,3}})>1 (?P<iso>{ISO}) (?P<host>\S+) (?P<app>\S+) (?P<procid>\S+) \S+ "
                       r"(?:-|(?:\[(?:[^\]\\]|\\.)*\])+) ?")
-_PRIO = re.compile(r"<(?P<pri>\d{1,3})>")
-_DECODE = re.compile(r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])\s*:"
+_PRIO = lazy_regex(r"<(?P<pri>\d{1,3})>")
+_DECODE = lazy_regex(r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])\s*:"
                      r"(?P<lvl>emerg|alert|crit|err|warn|notice|info|debug)\s*: ?")
-_MPI = re.compile(r"\[(?P<job>\d+),(?P<rank>\d+)\]<(?P<stream>stdout|stderr|stddiag)>: ?")
-_TORCHRUN = re.compile(r"\[(?P<role>[A-Za-z_][A-Za-z_-]*?)(?P<rank>\d+)\]: ?")
-_SRUN = re.compile(r"\s{0,4}(?P<rank>\d{1,5}): (?=\S)")
-_NCCL = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?=NCCL |[^\s]+:\d+ NCCL )")
-_HOST = re.compile(r"(?P<host>[a-z][a-z0-9-]*\d[a-z0-9-]*(?:\.[a-z0-9-]+)*): (?=.)")
-_DEVICE_NAMES = re.compile(r"(?:eth|en[opsx]|ib|bond|docker|veth|nvme|sd[a-z]|mlx|virbr|br|wl|lo|tun|tap|dm-|md|"
+_MPI = lazy_regex(r"\[(?P<job>\d+),(?P<rank>\d+)\]<(?P<stream>stdout|stderr|stddiag)>: ?")
+_TORCHRUN = lazy_regex(r"\[(?P<role>[A-Za-z_][A-Za-z_-]*?)(?P<rank>\d+)\]: ?")
+_SRUN = lazy_regex(r"\s{0,4}(?P<rank>\d{1,5}): (?=\S)")
+_NCCL = lazy_regex(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?=NCCL |[^\s]+:\d+ NCCL )")
+_HOST = lazy_regex(r"(?P<host>[a-z][a-z0-9-]*\d[a-z0-9-]*(?:\.[a-z0-9-]+)*): (?=.)")
+_DEVICE_NAMES = lazy_regex(r"(?:eth|en[opsx]|ib|bond|docker|veth|nvme|sd[a-z]|mlx|virbr|br|wl|lo|tun|tap|dm-|md|"
                            r"loop|nvidia|usb|cpu|card|hid|input|sr|vd|xvd|nbd|rbd|hv|mmc|ata|scsi|host|port|nv)\d")
-_HOST_NEXT = re.compile(r"[\[\d<{(]|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) |NVRM|NCCL|kernel:|nvidia|"
+_HOST_NEXT = lazy_regex(r"[\[\d<{(]|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) |NVRM|NCCL|kernel:|nvidia|"
                         r"CUDA|RuntimeError|torch")
 """What may follow a pdsh/clush ``host: `` label whose host has no ``-`` or ``.``: a frame or a known
 message (so a kernel line such as ``e1000e: eth0 NIC Link is Up`` keeps its device name)."""
-_VLLM_PROC = re.compile(r"\((?P<proc>[\w.-]+) pid=(?P<pid>\d+)\) ")
-_RAW = re.compile(r"\[\s*(?P<mono>\d{1,10}\.\d{1,9})\] ?")
-_DELTA = re.compile(r"\[\s*\+(?P<delta>\d{1,10}\.\d{1,9})\] ?")
-_CTIME = re.compile(r"\[(?:[A-Z][a-z]{2}\s+)?(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2})\s+(?P<clock>\d\d:\d\d:\d\d)"
+_VLLM_PROC = lazy_regex(r"\((?P<proc>[\w.-]+) pid=(?P<pid>\d+)\) ")
+_RAW = lazy_regex(r"\[\s*(?P<mono>\d{1,10}\.\d{1,9})\] ?")
+_DELTA = lazy_regex(r"\[\s*\+(?P<delta>\d{1,10}\.\d{1,9})\] ?")
+_CTIME = lazy_regex(r"\[(?:[A-Z][a-z]{2}\s+)?(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2})\s+(?P<clock>\d\d:\d\d:\d\d)"
                     r"\s+(?P<year>\d{4})\] ?")
-_FABRIC_MANAGER = re.compile(r"\[(?P<mon>[A-Z][a-z]{2}) (?P<day>\d\d) (?P<year>\d{4}) (?P<clock>\d\d:\d\d:\d\d)\] ?")
-_HUMAN = re.compile(r"\[(?P<mon>[A-Z][a-z]{2}) ?(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d(?::\d\d)?)\] ?")
-_SYSLOG = re.compile(r"(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d{1,9}))?"
+_FABRIC_MANAGER = lazy_regex(r"\[(?P<mon>[A-Z][a-z]{2}) (?P<day>\d\d) (?P<year>\d{4}) (?P<clock>\d\d:\d\d:\d\d)\] ?")
+_HUMAN = lazy_regex(r"\[(?P<mon>[A-Z][a-z]{2}) ?(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d(?::\d\d)?)\] ?")
+_SYSLOG = lazy_regex(r"(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d{1,9}))?"
                      r"(?: (?P<year>\d{4}))? ")
-_PYLOG = re.compile(rf"(?P<iso>{ISO}) - (?P<name>\S+) - (?P<lvl>[A-Z]+) - ")
-_BRACKET_ISO = re.compile(rf"\[(?P<iso>{ISO})(?P<tag> [^\]]{{1,40}})?\]:? ?")
-_PLAIN_ISO = re.compile(rf"(?P<iso>{ISO})(?: |$)")
-_SEL = re.compile(r"\s{0,4}(?P<record>[0-9a-fA-F]{1,4}) \| (?P<mon>\d\d)/(?P<day>\d\d)/(?P<year>\d{2}|\d{4}) \| "
+_PYLOG = lazy_regex(rf"(?P<iso>{ISO}) - (?P<name>\S+) - (?P<lvl>[A-Z]+) - ")
+_BRACKET_ISO = lazy_regex(rf"\[(?P<iso>{ISO})(?P<tag> [^\]]{{1,40}})?\]:? ?")
+_PLAIN_ISO = lazy_regex(rf"(?P<iso>{ISO})(?: |$)")
+_SEL = lazy_regex(r"\s{0,4}(?P<record>[0-9a-fA-F]{1,4}) \| (?P<mon>\d\d)/(?P<day>\d\d)/(?P<year>\d{2}|\d{4}) \| "
                   r"(?P<clock>\d\d:\d\d:\d\d)(?: [A-Z]{2,5})? \| ")
 """``ipmitool sel list``/``elist``: record id, date and time columns (the BMC's clock, taken as UTC)."""
-_GO_LOG = re.compile(r"(?P<date>\d{4}/\d\d/\d\d) (?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d{1,9}))? ")
+_GO_LOG = lazy_regex(r"(?P<date>\d{4}/\d\d/\d\d) (?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d{1,9}))? ")
 """Go's log package (``2023/10/19 03:11:54 Loading NVML``: the device plugin, ollama, gpud)."""
-_LOGFMT = re.compile(rf"time=\"?(?P<iso>{ISO})\"? level=(?P<lvl>\w+)(?: source=\S+)?(?: msg=\"?)?")
+_LOGFMT = lazy_regex(rf"time=\"?(?P<iso>{ISO})\"? level=(?P<lvl>\w+)(?: source=\S+)?(?: msg=\"?)?")
 """logfmt as Go's slog and logrus print it (``time=2025-03-06T09:55:01.123Z level=ERROR source=x.go:12 msg=``)."""
-_GLOG = re.compile(r"(?P<lvl>[IWEF])(?P<mon>\d\d)(?P<day>\d\d) (?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d{1,9}))?"
+_GLOG = lazy_regex(r"(?P<lvl>[IWEF])(?P<mon>\d\d)(?P<day>\d\d) (?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d{1,9}))?"
                    r"\s+(?P<pid>\d+) (?P<file>[^\]\s]+:\d+)\] ?")
-_VLLM = re.compile(rf"(?P<lvl>{_LEVEL_WORDS}) (?P<mon>\d\d)-(?P<day>\d\d) (?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?"
+_VLLM = lazy_regex(rf"(?P<lvl>{_LEVEL_WORDS}) (?P<mon>\d\d)-(?P<day>\d\d) (?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?"
                    r" (?:\[?(?P<file>[\w./-]+:\d+)\]? )?")
-_IDENT = re.compile(r"(?:(?P<host>[\w.-]+) )?(?P<prog>[\w./@-]+)(?:\[(?P<pid>\d+)\])?:(?: |$)")
-_LEVEL = re.compile(rf"(?:\[(?P<l1>{_LEVEL_WORDS})\]|(?P<l2>{_LEVEL_WORDS})\b:?)\s+", re.IGNORECASE)
-_HF_LEVEL = re.compile(rf"\[(?P<lvl>{_LEVEL_WORDS})\|[^\]\s]+\]\s+")
+_IDENT = lazy_regex(r"(?:(?P<host>[\w.-]+) )?(?P<prog>[\w./@-]+)(?:\[(?P<pid>\d+)\])?:(?: |$)")
+_LEVEL = lazy_regex(rf"(?:\[(?P<l1>{_LEVEL_WORDS})\]|(?P<l2>{_LEVEL_WORDS})\b:?)\s+", re.IGNORECASE)
+_HF_LEVEL = lazy_regex(rf"\[(?P<lvl>{_LEVEL_WORDS})\|[^\]\s]+\]\s+")
 """transformers' ``[INFO|trainer.py:1812] 2025-03-06 09:55:01,123 >> ``: the level and file, then the time."""
 _ESCAPE_NL = "#012"
 
@@ -610,7 +611,7 @@ FOREIGN = frozenset({"quote", "fence", "indent", "cri", "docker_json", "host_lab
                      "escaped_newlines"})
 """Wrappers no format parser reads; the others (syslog, dmesg stamps, ISO, launcher ranks, glog, ...) the
 parsers read themselves."""
-_KERNEL_MESSAGE = re.compile(r"\s*(?:NVRM:|nvidia-nvswitch|pcieport |mce: |EDAC |\[Hardware Error\]|Out of memory|"
+_KERNEL_MESSAGE = lazy_regex(r"\s*(?:NVRM:|nvidia-nvswitch|pcieport |mce: |EDAC |\[Hardware Error\]|Out of memory|"
                              r"Memory cgroup out of memory|oom-kill:|\S+ invoked oom-killer|INFO: task |Call Trace:|"
                              r"NETDEV WATCHDOG|mlx5_core |LustreError:|LNet:|BUG: |Kernel panic)")
 """A kernel message in someone else's wrapper (dmesg through kubectl --timestamps or a container's log):

@@ -8,7 +8,7 @@ The Slurm collector reads job and node lines with it; the analysis reads the ``n
 
 from __future__ import annotations
 
-import re
+from collectors.framework.lazy_re import lazy_regex
 
 MAX_HOSTS = 100_000
 """Names one list may expand to: ``n[0-99999999999]`` must not exhaust memory."""
@@ -16,8 +16,8 @@ MAX_HOSTS = 100_000
 _EMPTY = ("", "none", "(null)", "none assigned", "n/a")
 """How Slurm writes "no nodes" (a pending job's NodeList)."""
 
-_GROUP = re.compile(r"^(.*?)\[([^\]]*)\](.*)$")
-_RANGE = re.compile(r"\s*(\d+)\s*-\s*(\d+)\s*")
+_GROUP = lazy_regex(r"^(.*?)\[([^\]]*)\](.*)$")
+_RANGE = lazy_regex(r"\s*(\d+)\s*-\s*(\d+)\s*")
 
 
 def expand_hostlist(text: str | None) -> list[str]:

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from collectors.base import Row, Skipped
+from collectors.framework.lazy_re import lazy_regex
 
 _DECODER = json.JSONDecoder()
-_SPACE = re.compile(r"[ \t\n\r]*")
-_SURROGATE = re.compile(r"(\\+)(?:u|U0000)([dD][89a-fA-F][0-9a-fA-F]{2})")
+_SPACE = lazy_regex(r"[ \t\n\r]*")
+_SURROGATE = lazy_regex(r"(\\+)(?:u|U0000)([dD][89a-fA-F][0-9a-fA-F]{2})")
 """An escaped UTF-16 surrogate (JSON and YAML ``\\uD800``, Python's ``\\U0000D800`` too) after its run of
 backslashes: an odd run is an escape, an even one a literal backslash and a ``u``."""
 

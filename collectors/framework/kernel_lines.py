@@ -31,21 +31,22 @@ from collectors.base import (
     normalize_pci,
     to_utc,
 )
+from collectors.framework.lazy_re import lazy_regex
 
 # -- the time prefix ----------------------------------------------------------------------------
 
-_DECODE = re.compile(r"(?P<fac>kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])\s*:"
+_DECODE = lazy_regex(r"(?P<fac>kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])\s*:"
                      r"(?P<lvl>emerg|alert|crit|err|warn|notice|info|debug)\s*: ?")
-_PRIO = re.compile(r"<(\d{1,3})>")
-_DEVKMSG = re.compile(r"(\d{1,3}),(\d+),(\d+),[^;]*;")
-_RAW = re.compile(r"\[\s*(\d{1,10}\.\d{1,9})\]\s?")
-_CTIME = re.compile(r"\[(?:[A-Z][a-z]{2}\s+)?(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2})\s+(?P<clock>\d\d:\d\d:\d\d)"
+_PRIO = lazy_regex(r"<(\d{1,3})>")
+_DEVKMSG = lazy_regex(r"(\d{1,3}),(\d+),(\d+),[^;]*;")
+_RAW = lazy_regex(r"\[\s*(\d{1,10}\.\d{1,9})\]\s?")
+_CTIME = lazy_regex(r"\[(?:[A-Z][a-z]{2}\s+)?(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2})\s+(?P<clock>\d\d:\d\d:\d\d)"
                     r"\s+(?P<year>\d{4})\]\s?")
-_ISO = re.compile(r"(?P<date>\d{4}-\d\d-\d\d)[T ](?P<clock>\d\d:\d\d:\d\d)(?:(?P<sep>[.,])(?P<frac>\d{1,9}))?"
+_ISO = lazy_regex(r"(?P<date>\d{4}-\d\d-\d\d)[T ](?P<clock>\d\d:\d\d:\d\d)(?:(?P<sep>[.,])(?P<frac>\d{1,9}))?"
                   r"(?P<tz>Z|[+-]\d\d:?\d\d)?\s+")
-_SYSLOG = re.compile(r"(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2})\s+(?P<clock>\d\d:\d\d:\d\d)"
+_SYSLOG = lazy_regex(r"(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2})\s+(?P<clock>\d\d:\d\d:\d\d)"
                      r"(?:\.(?P<frac>\d{1,9}))?\s+")
-_IDENT = re.compile(r"(?:(?P<host>[^\s\[\]]*[^\s:\[\]])\s+)?(?P<ident>[\w./@-]+)(?:\[(?P<pid>\d+)\])?:\s?")
+_IDENT = lazy_regex(r"(?:(?P<host>[^\s\[\]]*[^\s:\[\]])\s+)?(?P<ident>[\w./@-]+)(?:\[(?P<pid>\d+)\])?:\s?")
 _LEVELS = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
 
 STAMPED = ("mono", "ctime", "iso", "journal", "syslog")
@@ -203,41 +204,41 @@ def _syslog_time(year: int, month: int, day: int, clock: str) -> datetime | None
 # -- the message --------------------------------------------------------------------------------
 
 PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
-_XID = re.compile(r"NVRM: Xid \((?P<loc>[^)]*)\):?\s*(?P<xid>\d+)(?:,\s*|\s+|$)(?P<rest>.*)")
-_PIDNAME = re.compile(r"pid=(?P<pid>'?<?[\w-]+>?'?)(?:,\s*name=(?P<name>[^,]*))?,?\s*")
-_CAUSED = re.compile(r"caused by previous Xid (\d+)")
-_CHANNEL = re.compile(r"\b(?:Ch|Channel ID|[Cc]hannel)\s+((?:0x)?[0-9a-fA-F]{8})\b")
-_GSP_TIMEOUT = re.compile(r"Timeout after (?P<secs>\d+)s of waiting for RPC response from GPU(?P<idx>\d+) GSP! "
+_XID = lazy_regex(r"NVRM: Xid \((?P<loc>[^)]*)\):?\s*(?P<xid>\d+)(?:,\s*|\s+|$)(?P<rest>.*)")
+_PIDNAME = lazy_regex(r"pid=(?P<pid>'?<?[\w-]+>?'?)(?:,\s*name=(?P<name>[^,]*))?,?\s*")
+_CAUSED = lazy_regex(r"caused by previous Xid (\d+)")
+_CHANNEL = lazy_regex(r"\b(?:Ch|Channel ID|[Cc]hannel)\s+((?:0x)?[0-9a-fA-F]{8})\b")
+_GSP_TIMEOUT = lazy_regex(r"Timeout after (?P<secs>\d+)s of waiting for RPC response from GPU(?P<idx>\d+) GSP! "
                           r"Expected function (?P<func>\d+ \(\w+\))(?: sequence (?P<seq>\d+))?")
-_RECOVERY = re.compile(r"GPU recovery action changed from (?P<old>0x[0-9a-fA-F]+ \([^)]*\)) to "
+_RECOVERY = lazy_regex(r"GPU recovery action changed from (?P<old>0x[0-9a-fA-F]+ \([^)]*\)) to "
                        r"(?P<new>0x[0-9a-fA-F]+ \([^)]*\))")
-_CONTAINED = re.compile(r"(?P<what>Contained|Uncontained): (?P<unit>.+?)\. RST: (?P<rst>Yes|No)"
+_CONTAINED = lazy_regex(r"(?P<what>Contained|Uncontained): (?P<unit>.+?)\. RST: (?P<rst>Yes|No)"
                         r"(?:, D-RST: (?P<drst>Yes|No))?")
-_NVLINK5 = re.compile(r"(?P<unit>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Nonfatal|Non-fatal)\s+(?P<xc>XC\d+)\s+"
+_NVLINK5 = lazy_regex(r"(?P<unit>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Nonfatal|Non-fatal)\s+(?P<xc>XC\d+)\s+"
                       r"(?P<inj>i\d+)\s+"
                       r"Link\s+(?P<link>-?\d+)\s+\((?P<regs>0x[0-9a-fA-F]+(?:\s+0x[0-9a-fA-F]+)*)\)")
 """r560+ pads the fields to columns (``NETIR_LINK_EVT  Fatal   XC0 i0 Link 01``), earlier drivers print one space."""
-_NVLINK74 = re.compile(r"NVLink: (?P<what>[\w-]+ )?error detected on link (?P<link>\d+)\s*\((?P<regs>[^)]*)\)")
-_LINKNO = re.compile(r"\blink (\d+)\b", re.IGNORECASE)
-_HEXWORDS = re.compile(r"^[0-9a-fA-F]{8}(?:\s+[0-9a-fA-F]{8})+\s*$")
-_MMU = re.compile(r"MMU Fault: ENGINE (?P<engine>\S+)(?: (?P<client>\S+))? faulted @ (?P<addr>0x[0-9a-fA-F_]+)\. "
+_NVLINK74 = lazy_regex(r"NVLink: (?P<what>[\w-]+ )?error detected on link (?P<link>\d+)\s*\((?P<regs>[^)]*)\)")
+_LINKNO = lazy_regex(r"\blink (\d+)\b", re.IGNORECASE)
+_HEXWORDS = lazy_regex(r"^[0-9a-fA-F]{8}(?:\s+[0-9a-fA-F]{8})+\s*$")
+_MMU = lazy_regex(r"MMU Fault: ENGINE (?P<engine>\S+)(?: (?P<client>\S+))? faulted @ (?P<addr>0x[0-9a-fA-F_]+)\. "
                   r"Fault is of type (?P<type>\S+)")
-_GR = re.compile(r"Graphics (?P<what>.+?) Exception on \(GPC (?P<gpc>\d+), TPC (?P<tpc>\d+)(?:, SM (?P<sm>\d+))?\): "
+_GR = lazy_regex(r"Graphics (?P<what>.+?) Exception on \(GPC (?P<gpc>\d+), TPC (?P<tpc>\d+)(?:, SM (?P<sm>\d+))?\): "
                  r"(?P<exc>.+)")
-_GPU_AT = re.compile(rf"NVRM: GPU at (?:PCI:)?(?P<pci>{PCI}): (?P<uuid>GPU-[0-9a-fA-F-]+)")
-_SERIAL = re.compile(r"NVRM: GPU Board Serial Number: ?(?P<serial>\S*)")
-_FOB_ONE = re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?"
+_GPU_AT = lazy_regex(rf"NVRM: GPU at (?:PCI:)?(?P<pci>{PCI}): (?P<uuid>GPU-[0-9a-fA-F-]+)")
+_SERIAL = lazy_regex(r"NVRM: GPU Board Serial Number: ?(?P<serial>\S*)")
+_FOB_ONE = lazy_regex(r"NVRM: GPU (?:at )?(?:PCI:)?"
                       r"(?P<pci>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?):? "
                       r"(?:GPU )?has fallen off the bus")
 """Older drivers name the GPU without its PCI domain (``NVRM: GPU 18:00.0: GPU has fallen off the bus.``)."""
-_FOB_HEAD = re.compile(rf"NVRM: The NVIDIA GPU (?P<pci>{PCI})"
+_FOB_HEAD = lazy_regex(rf"NVRM: The NVIDIA GPU (?P<pci>{PCI})"
                        r"(?:.*?\(PCI ID: (?P<pciid>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\))?")
-_DRIVER = re.compile(r"NVRM: loading NVIDIA UNIX (?:(?P<open>Open )|[\w-]+ )?Kernel Module(?: for \S+)?\s+"
+_DRIVER = lazy_regex(r"NVRM: loading NVIDIA UNIX (?:(?P<open>Open )|[\w-]+ )?Kernel Module(?: for \S+)?\s+"
                      r"(?P<ver>\d+\.\d+(?:\.\d+)?)")
 """The open module says ``Open Kernel Module for x86_64  570.158.01``, the proprietary one
 ``x86_64 Kernel Module  535.104.05``."""
-_HEARTBEAT = re.compile(r"Heartbeat timed out,.*?diff (?P<diff>\d+) timeout (?P<timeout>\d+)")
-_NVRM_FUNC = re.compile(r"NVRM: (?:GPU\d+ )?(\w+): ")
+_HEARTBEAT = lazy_regex(r"Heartbeat timed out,.*?diff (?P<diff>\d+) timeout (?P<timeout>\d+)")
+_NVRM_FUNC = lazy_regex(r"NVRM: (?:GPU\d+ )?(\w+): ")
 _DRIVER_FAMILIES = (
     ("driver_platform_error", re.compile(
         r"\bdsi\b|dsi_|panel|\bclk|clock|\bDT\b|dt node|device tree|gpio|\bi2c|bpmp|powergate|devfreq|thermal|"
@@ -266,84 +267,84 @@ _DRIVER_FAMILIES = (
 (Tegra display, clocks, device tree, ACPI), a client's call (ioctl, mmap, dma-buf, /proc, capabilities), the
 driver's memory, or setting up, resetting and removing a GPU (probe, PCI resources, IRQ/MSI, BAR, FLR). The
 first family that matches names the line; collectors/catalog/harvest/nvidia_driver.yaml holds the messages."""
-_HEX_WORD = re.compile(r"\b0x[0-9a-fA-F]{16}\b")
+_HEX_WORD = lazy_regex(r"\b0x[0-9a-fA-F]{16}\b")
 NV_BARE = ("nv-caps", "dma_buf", "nv_buf", "libspdm", "DSI panel", "DSI Panel", "Dsi panel", "DP UPHY",
            "SOC interrupt", "display irq", "dpaux irq", "hdacodec irq", "Tcpc2disp", "dcb array", "dcb blob",
            "UnbindLock", "GPU UUID cache", "get backlight", "MRQ_EMC", "nv_imp_", "icc_put", "icc_set_bw")
 """Literals of the NVIDIA module's messages that it prints without an ``NVRM:`` prefix."""
-_ANY_PCI = re.compile(rf"(?:PCI:|\b)(?P<pci>{PCI})\b")
-_GPU_INDEX = re.compile(r"\bGPU(\d{1,2})\b")
+_ANY_PCI = lazy_regex(rf"(?:PCI:|\b)(?P<pci>{PCI})\b")
+_GPU_INDEX = lazy_regex(r"\bGPU(\d{1,2})\b")
 ERROR_WORDS = r"error|fail|timeout|timed out|halt|exception|fault|fallen|lost|unable|invalid|not responding"
 """Words that make a driver's line worth an event (matched case-insensitively); the block prefilter of
 collectors/kernel.py asks for them too, so it must see this same list."""
-_ERRORISH = re.compile(ERROR_WORDS, re.IGNORECASE)
+_ERRORISH = lazy_regex(ERROR_WORDS, re.IGNORECASE)
 
-_SXID = re.compile(rf"(?P<dev>[\w-]*nvswitch\d*): SXid \(PCI:(?P<pci>{PCI})\):\s*(?P<sxid>\d+),?\s*(?P<rest>.*)")
-_AER_RECEIVED = re.compile(rf"(?P<dev>{PCI}): AER: (?:Multiple )?(?P<sev>Corrected|Uncorrected \((?:Non-Fatal|Fatal)\)|"
+_SXID = lazy_regex(rf"(?P<dev>[\w-]*nvswitch\d*): SXid \(PCI:(?P<pci>{PCI})\):\s*(?P<sxid>\d+),?\s*(?P<rest>.*)")
+_AER_RECEIVED = lazy_regex(rf"(?P<dev>{PCI}): AER: (?:Multiple )?(?P<sev>Corrected|Uncorrected \((?:Non-Fatal|Fatal)\)|"
                            rf"Uncorrected|Uncorrectable) error (?:message )?received:?\s*(?:from |id=)?(?P<src>\S+)?")
-_AER_BUS = re.compile(rf"(?:(?P<driver>[\w-]+) )?(?:(?P<dev>{PCI}): )?(?:AER: )?PCIe Bus Error: "
+_AER_BUS = lazy_regex(rf"(?:(?P<driver>[\w-]+) )?(?:(?P<dev>{PCI}): )?(?:AER: )?PCIe Bus Error: "
                       r"severity=(?P<sev>[^,]+), "
                       r"type=(?P<type>[^,]+)(?:, (?:id=(?P<id>[0-9a-fA-F]+))?\(?(?P<agent>[\w ]+ ID)?\)?)?")
-_DPC = re.compile(rf"(?P<dev>{PCI}): DPC: containment event")
-_AER_DETAIL = re.compile(rf"(?P<dev>{PCI}):\s+(?:AER:\s+)?(?:device \[(?P<id>[0-9a-fA-F]{{4}}:[0-9a-fA-F]{{4}})\] "
+_DPC = lazy_regex(rf"(?P<dev>{PCI}): DPC: containment event")
+_AER_DETAIL = lazy_regex(rf"(?P<dev>{PCI}):\s+(?:AER:\s+)?(?:device \[(?P<id>[0-9a-fA-F]{{4}}:[0-9a-fA-F]{{4}})\] "
                          r"error status/mask=(?P<status>[0-9a-fA-F]+)/(?P<mask>[0-9a-fA-F]+)"
                          r"|\[\s*\d+\]\s+(?P<name>\S+))")
 """The lines under a ``PCIe Bus Error`` header: the status register, then one line per error bit
 (kernels since 5.0 put ``AER:`` before them)."""
-_XID_PCI = re.compile(rf"NVRM: Xid \(PCI:(?P<pci>{PCI})")
-_PCIEHP = re.compile(rf"(?P<dev>{PCI}): pciehp: Slot\((?P<slot>[^)]*)\): Link (?P<st>Up|Down)")
-_BANDWIDTH = re.compile(rf"(?P<dev>{PCI}): (?P<gbps>[\d.]+) Gb/s available PCIe bandwidth(?P<limited>, limited by "
+_XID_PCI = lazy_regex(rf"NVRM: Xid \(PCI:(?P<pci>{PCI})")
+_PCIEHP = lazy_regex(rf"(?P<dev>{PCI}): pciehp: Slot\((?P<slot>[^)]*)\): Link (?P<st>Up|Down)")
+_BANDWIDTH = lazy_regex(rf"(?P<dev>{PCI}): (?P<gbps>[\d.]+) Gb/s available PCIe bandwidth(?P<limited>, limited by "
                         rf"(?P<speed>[\d.]+ GT/s) PCIe (?P<width>x\d+) link at (?P<at>{PCI}) \(capable of "
                         r"(?P<cap>[\d.]+) Gb/s with (?P<capspeed>[\d.]+ GT/s) PCIe (?P<capwidth>x\d+) link\))?"
                         r"(?: \((?P<speed2>[\d.]+ GT/s) PCIe (?P<width2>x\d+) link\))?")
-_GHES_SEV = re.compile(r"\[Hardware Error\]:\s+event severity: (\w+)")
-_GHES_SECTION = re.compile(r"\[Hardware Error\]:\s+section_type: (.+?)\s*$")
-_GHES_DEVICE = re.compile(rf"\[Hardware Error\]:\s+device_id: (?P<dev>{PCI})")
-_MCE_BANK = re.compile(r"CPU (?P<cpu>\d+): Machine Check(?: Exception)?: (?P<code>\w+) Bank (?P<bank>\d+): "
+_GHES_SEV = lazy_regex(r"\[Hardware Error\]:\s+event severity: (\w+)")
+_GHES_SECTION = lazy_regex(r"\[Hardware Error\]:\s+section_type: (.+?)\s*$")
+_GHES_DEVICE = lazy_regex(rf"\[Hardware Error\]:\s+device_id: (?P<dev>{PCI})")
+_MCE_BANK = lazy_regex(r"CPU (?P<cpu>\d+): Machine Check(?: Exception)?: (?P<code>\w+) Bank (?P<bank>\d+): "
                        r"(?P<status>[0-9a-fA-F]+)")
-_MCE_THERMAL = re.compile(r"CPU(?P<cpu>\d+): (?P<what>Core|Package) temperature above threshold")
-_EDAC = re.compile(r"EDAC (?P<mc>[\w-]+)(?: MC\d+)?: (?P<count>\d+) (?P<type>CE|UE) (?P<rest>.*)")
-_OOM_INVOKED = re.compile(r"^(?P<proc>.+?) invoked oom-killer: (?P<rest>.*)")
-_OOM_INFO = re.compile(r"oom-kill:(?P<kv>.*)")
-_OOM_KILLED = re.compile(r"(?:(?P<scope>Memory cgroup out of memory|Out of memory[^:]*):\s*)?"
+_MCE_THERMAL = lazy_regex(r"CPU(?P<cpu>\d+): (?P<what>Core|Package) temperature above threshold")
+_EDAC = lazy_regex(r"EDAC (?P<mc>[\w-]+)(?: MC\d+)?: (?P<count>\d+) (?P<type>CE|UE) (?P<rest>.*)")
+_OOM_INVOKED = lazy_regex(r"^(?P<proc>.+?) invoked oom-killer: (?P<rest>.*)")
+_OOM_INFO = lazy_regex(r"oom-kill:(?P<kv>.*)")
+_OOM_KILLED = lazy_regex(r"(?:(?P<scope>Memory cgroup out of memory|Out of memory[^:]*):\s*)?"
                          r"Kill(?:ed)? process (?P<pid>\d+),? (?:UID (?P<uid>\d+), )?"
                          r"\((?P<proc>[^)]*)\)(?P<rest>.*)")
 """Kernels before 4.x say ``Killed process 123, UID 48, (httpd)`` or ``Kill process 123 (httpd) score 0 or
 sacrifice child``."""
-_KV_KB = re.compile(r"(total-vm|anon-rss|file-rss|shmem-rss|pgtables):(\d+)kB")
-_HUNG = re.compile(r"(?:INFO: )?task (?P<proc>.+?):(?P<pid>\d+) blocked for more than (?P<secs>\d+) seconds")
-_SOFT_LOCKUP = re.compile(r"BUG: soft lockup - CPU#(?P<cpu>\d+) stuck for (?P<secs>\d+)s! "
+_KV_KB = lazy_regex(r"(total-vm|anon-rss|file-rss|shmem-rss|pgtables):(\d+)kB")
+_HUNG = lazy_regex(r"(?:INFO: )?task (?P<proc>.+?):(?P<pid>\d+) blocked for more than (?P<secs>\d+) seconds")
+_SOFT_LOCKUP = lazy_regex(r"BUG: soft lockup - CPU#(?P<cpu>\d+) stuck for (?P<secs>\d+)s! "
                           r"\[(?P<proc>.+?):(?P<pid>\d+)\]")
-_HARD_LOCKUP = re.compile(r"(?:Watchdog detected|NMI watchdog:) hard LOCKUP on cpu (?P<cpu>\d+)")
-_RCU = re.compile(r"rcu: INFO: (?P<flavor>rcu_\w+) (?:self-)?detected stalls?")
-_PANIC = re.compile(r"Kernel panic - not syncing: (?P<why>.*)")
-_OOPS = re.compile(r"BUG: (?P<why>unable to handle (?:kernel )?(?:NULL pointer dereference|paging request|page fault)"
+_HARD_LOCKUP = lazy_regex(r"(?:Watchdog detected|NMI watchdog:) hard LOCKUP on cpu (?P<cpu>\d+)")
+_RCU = lazy_regex(r"rcu: INFO: (?P<flavor>rcu_\w+) (?:self-)?detected stalls?")
+_PANIC = lazy_regex(r"Kernel panic - not syncing: (?P<why>.*)")
+_OOPS = lazy_regex(r"BUG: (?P<why>unable to handle (?:kernel )?(?:NULL pointer dereference|paging request|page fault)"
                    r"[^\n]*|kernel NULL pointer dereference[^\n]*)|kernel BUG at (?P<at>\S+)|"
                    r"Oops: (?P<code>[0-9a-fx]+)")
-_MLX_LINK = re.compile(rf"(?P<drv>[\w-]+) (?P<pci>{PCI}) (?P<ifc>[\w.@-]+): Link (?P<st>up|down)\b")
-_NIC_LINK = re.compile(rf"(?:(?P<drv>[\w-]+) (?P<pci>{PCI}) )?(?P<ifc>[\w.@-]+):? NIC Link is (?P<st>Up|Down)\b"
+_MLX_LINK = lazy_regex(rf"(?P<drv>[\w-]+) (?P<pci>{PCI}) (?P<ifc>[\w.@-]+): Link (?P<st>up|down)\b")
+_NIC_LINK = lazy_regex(rf"(?:(?P<drv>[\w-]+) (?P<pci>{PCI}) )?(?P<ifc>[\w.@-]+):? NIC Link is (?P<st>Up|Down)\b"
                        r"(?P<rest>.*)")
-_ADDRCONF = re.compile(r"ADDRCONF\(NETDEV_\w+\): (?P<ifc>[\w.@-]+): link (?P<st>is not ready|becomes ready)")
-_BOND = re.compile(r"(?P<bond>bond[\w.-]*): (?:\(slave (?P<slave>[\w.@-]+)\): )?link status definitely (?P<st>down|up)"
+_ADDRCONF = lazy_regex(r"ADDRCONF\(NETDEV_\w+\): (?P<ifc>[\w.@-]+): link (?P<st>is not ready|becomes ready)")
+_BOND = lazy_regex(r"(?P<bond>bond[\w.-]*): (?:\(slave (?P<slave>[\w.@-]+)\): )?link status definitely (?P<st>down|up)"
                    r"(?: for interface (?P<ifc>[\w.@-]+))?")
-_BOND_RELEASE = re.compile(r"(?P<bond>bond[\w.-]*)(?: \(unregistering\))?: Releasing (?P<role>backup|active) interface "
+_BOND_RELEASE = lazy_regex(r"(?P<bond>bond[\w.-]*)(?: \(unregistering\))?: Releasing (?P<role>backup|active) interface "
                            r"(?P<ifc>[\w.@-]+)")
-_BOND_NONE = re.compile(r"(?P<bond>bond[\w.-]*): now running without any active interface")
-_IB_PORT = re.compile(r"infiniband (?P<dev>[\w.-]+): set (?P<st>active|down)")
-_MODULE = re.compile(rf"(?:(?P<drv>[\w-]+) (?P<pci>{PCI}): )?(?:\w+:\d+:\(pid \d+\): )?Port module event"
+_BOND_NONE = lazy_regex(r"(?P<bond>bond[\w.-]*): now running without any active interface")
+_IB_PORT = lazy_regex(r"infiniband (?P<dev>[\w.-]+): set (?P<st>active|down)")
+_MODULE = lazy_regex(rf"(?:(?P<drv>[\w-]+) (?P<pci>{PCI}): )?(?:\w+:\d+:\(pid \d+\): )?Port module event"
                      r"(?:\[(?P<level>\w+)\])?(?::|\s+-)\s*(?:module (?P<module>\d+)[,:]\s*)?"
                      r"(?P<status>[^,\n]+)(?:, (?P<detail>.*))?")
 """mlx5's module events, with or without the device prefix (``mlx5_port_module_event:1131:(pid 0): Port module
 event[error]: module 0, Cable error, High Temperature``)."""
-_WATCHDOG = re.compile(rf"(?:NETDEV WATCHDOG: (?P<ifc>[\w.@-]+) \((?P<drv>[^)]+)\):|"
+_WATCHDOG = lazy_regex(rf"(?:NETDEV WATCHDOG: (?P<ifc>[\w.@-]+) \((?P<drv>[^)]+)\):|"
                        rf"(?P<drv2>[\w-]+) (?P<pci>{PCI}) (?P<ifc2>[\w.@-]+): NETDEV WATCHDOG:(?: CPU: \d+:)?) "
                        r"transmit (?:queue (?P<queue>\d+) )?timed out")
 """Both orders: linux 6.8 (and 6.6.47, 6.1.107) moved the driver and device before ``NETDEV WATCHDOG``; old
 kernels print no queue number."""
-_PORT_LINK = re.compile(rf"(?P<drv>[\w-]+) (?P<pci>{PCI}) (?P<ifc>[\w.@-]+): Port: (?P<port>\d+) Link "
+_PORT_LINK = lazy_regex(rf"(?P<drv>[\w-]+) (?P<pci>{PCI}) (?P<ifc>[\w.@-]+): Port: (?P<port>\d+) Link "
                         r"(?P<st>DOWN|UP|ACTIVE|INIT)\b")
 """mlx5 IPoIB ports (``mlx5_core 0000:3b:00.0 ib0: Port: 1 Link DOWN``)."""
-_NIC_HEALTH = re.compile(
+_NIC_HEALTH = lazy_regex(
     r"(?P<what>health_try_recover|print_health_info|Health issue observed|health compromised|health poll failed|"
     r"unrecoverable hardware error|Will cause a leak of a command resource|insufficient power on the PCIe slot|"
     r"ACCESS_REG\b.*?failed|TX timeout detected|RX timeout on channel|"
@@ -353,53 +354,53 @@ _NIC_HEALTH = re.compile(
     r"Failed to (?:process|submit) command|Reset indication didn't turn (?:on|off)|Device isn't ready)", re.IGNORECASE)
 """The mlx5 driver's device-health messages (firmware health poller, command interface, slot power): the
 NIC itself is failing or misconfigured, not one RDMA operation."""
-_NIC_WHO = re.compile(rf"\b(?:(?P<drv>mlx5_core|mlx5_ib|mlx4_core|bnxt_en|ice|efa|ena|mlx5_\w+)(?: (?P<pci>{PCI}))?|"
+_NIC_WHO = lazy_regex(rf"\b(?:(?P<drv>mlx5_core|mlx5_ib|mlx4_core|bnxt_en|ice|efa|ena|mlx5_\w+)(?: (?P<pci>{PCI}))?|"
                       r"infiniband (?P<ibdev>(?:rdmap|efa_)\w+))\b")
 """The NIC a device-health message is about: the driver's own prefix, or the RDMA device an AWS EFA adapter
 registered (``infiniband rdmap16s27:``)."""
-_NVME = re.compile(r"nvme (?P<dev>nvme\d+): (?P<what>I/O (?:tag )?\d+ .*?timeout, (?:aborting|reset controller)|"
+_NVME = lazy_regex(r"nvme (?P<dev>nvme\d+): (?P<what>I/O (?:tag )?\d+ .*?timeout, (?:aborting|reset controller)|"
                    r"Disabling device after reset failure|controller is down; will reset|"
                    r"Device not ready; aborting (?:reset|initialisation)|Removing after probe failure|"
                    r"frozen state error detected, reset controller|Abort status: 0x\w+)")
 """NVMe controller failures; ``I/O ... timeout, completion polled`` is none (the command completed, its interrupt
 was late)."""
-_NVME_CMD = re.compile(r"(?P<dev>nvme\d+n\d+): (?P<what>[\w /]+?\(0x[0-9a-fA-F]+\) @ LBA \d+, \d+ blocks?, "
+_NVME_CMD = lazy_regex(r"(?P<dev>nvme\d+n\d+): (?P<what>[\w /]+?\(0x[0-9a-fA-F]+\) @ LBA \d+, \d+ blocks?, "
                        r"(?P<status>[^(\n]+?) \(sct (?P<sct>0x[0-9a-fA-F]+) / sc (?P<sc>0x[0-9a-fA-F]+)\))")
 """A failed NVMe command as linux 5.19+ logs it (``nvme0n1: I/O Cmd(0x2) @ LBA 1336320, 32 blocks, I/O Error
 (sct 0x3 / sc 0x71)``)."""
-_NVME_PATH = re.compile(r"block (?P<dev>nvme\w+): no available path - failing I/O")
-_MD_FAIL = re.compile(r"md/(?P<level>raid\d*|linear|multipath):?(?P<dev>md\w*): Disk failure on (?P<disk>[\w-]+)"
+_NVME_PATH = lazy_regex(r"block (?P<dev>nvme\w+): no available path - failing I/O")
+_MD_FAIL = lazy_regex(r"md/(?P<level>raid\d*|linear|multipath):?(?P<dev>md\w*): Disk failure on (?P<disk>[\w-]+)"
                       r"(?:,| detected)")
-_BEYOND = re.compile(r"attempt to access beyond end of device")
-_FS_ERR = re.compile(r"(?P<fs>EXT[234]-fs|XFS|BTRFS|JBD2|F2FS-fs|NILFS|reiserfs)(?P<sev> error| critical| warning)?"
+_BEYOND = lazy_regex(r"attempt to access beyond end of device")
+_FS_ERR = lazy_regex(r"(?P<fs>EXT[234]-fs|XFS|BTRFS|JBD2|F2FS-fs|NILFS|reiserfs)(?P<sev> error| critical| warning)?"
                      r"(?: \(device (?P<dev>[\w.-]+)\)| \((?P<dev2>[\w.-]+)\))?:?\s*(?P<what>.*)")
-_FS_BAD = re.compile(r"Remounting filesystem read-only|I/O error while writing superblock|metadata I/O error|"
+_FS_BAD = lazy_regex(r"Remounting filesystem read-only|I/O error while writing superblock|metadata I/O error|"
                      r"Corruption (?:of in-memory data|detected)|[Ss]hutting down filesystem|Log I/O Error|"
                      r"error \(device|Detected aborted journal|log I/O error|unable to read|bad extent|"
                      r"checksum|journal commit I/O error|previous I/O error to superblock|failed to|"
                      r"corrupt|errors=remount-ro.*?triggered|IO errors|has been shut down")
-_GPFS = re.compile(r"(?P<tag>mmfs|mmfsd|GPFS)(?:\[\d+\])?: (?P<text>.*)")
-_NFS_MISC = re.compile(r"(?:nfs4_reclaim_open_state: Lock reclaim failed|NFS: state manager: [^\n]*failed|"
+_GPFS = lazy_regex(r"(?P<tag>mmfs|mmfsd|GPFS)(?:\[\d+\])?: (?P<text>.*)")
+_NFS_MISC = lazy_regex(r"(?:nfs4_reclaim_open_state: Lock reclaim failed|NFS: state manager: [^\n]*failed|"
                        r"nfs: RPC call returned error \d+|NFS: nfs4_discover_server_trunking unhandled error -?\d+|"
                        r"NFS: [^\n]*?(?:error|failed)[^\n]*)")
-_FILE_MAX = re.compile(r"VFS: file-max limit (?P<limit>\d+) reached")
-_RDMA_ERR = re.compile(rf"(?P<who>(?:mlx5_\w+|rdma_\w+|infiniband [\w-]+|ib_\w+)(?: (?P<pci>{PCI}))?):? (?P<rest>.*)")
-_NFS = re.compile(r"(?P<svc>nfs|NFS|lockd): server (?P<server>\S+) (?P<state>not responding|OK)(?:, (?P<how>[\w ]+))?")
-_LUSTRE = re.compile(r"(?P<tag>LustreError|Lustre|LNetError|LNet): (?:\d+:\d+:\((?P<src>\S*?)\)\s)?(?P<text>.*)")
-_SUPPRESSED = re.compile(r"Skipped (\d+) previous similar messages?")
-_NID = re.compile(r"\b(\d{1,3}(?:\.\d{1,3}){3}@\w+)")
-_LUSTRE_RC = re.compile(r"rc = (-?\d+)")
-_LUSTRE_TARGET = re.compile(r"\b([\w-]+-(?:MDT|OST|MGS|MGT)[0-9a-fA-F]*)")
-_LNET_TX = re.compile(r"Timed out tx for (?P<nid>\S+): (?P<secs>\d+) seconds")
-_IO_ERROR = re.compile(r"(?:I/O error,? (?:on )?dev(?:ice)? |Buffer I/O error on dev(?:ice)? )(?P<dev>[\w-]+)")
-_SEGFAULT = re.compile(r"^(?:traps: )?(?:(?P<proc>.+?)\[(?P<pid>\d+)\]:? )?"
+_FILE_MAX = lazy_regex(r"VFS: file-max limit (?P<limit>\d+) reached")
+_RDMA_ERR = lazy_regex(rf"(?P<who>(?:mlx5_\w+|rdma_\w+|infiniband [\w-]+|ib_\w+)(?: (?P<pci>{PCI}))?):? (?P<rest>.*)")
+_NFS = lazy_regex(r"(?P<svc>nfs|NFS|lockd): server (?P<server>\S+) (?P<state>not responding|OK)(?:, (?P<how>[\w ]+))?")
+_LUSTRE = lazy_regex(r"(?P<tag>LustreError|Lustre|LNetError|LNet): (?:\d+:\d+:\((?P<src>\S*?)\)\s)?(?P<text>.*)")
+_SUPPRESSED = lazy_regex(r"Skipped (\d+) previous similar messages?")
+_NID = lazy_regex(r"\b(\d{1,3}(?:\.\d{1,3}){3}@\w+)")
+_LUSTRE_RC = lazy_regex(r"rc = (-?\d+)")
+_LUSTRE_TARGET = lazy_regex(r"\b([\w-]+-(?:MDT|OST|MGS|MGT)[0-9a-fA-F]*)")
+_LNET_TX = lazy_regex(r"Timed out tx for (?P<nid>\S+): (?P<secs>\d+) seconds")
+_IO_ERROR = lazy_regex(r"(?:I/O error,? (?:on )?dev(?:ice)? |Buffer I/O error on dev(?:ice)? )(?P<dev>[\w-]+)")
+_SEGFAULT = lazy_regex(r"^(?:traps: )?(?:(?P<proc>.+?)\[(?P<pid>\d+)\]:? )?"
                        r"(?P<what>segfault|general protection fault|trap [^ ]+)"
                        r"(?: at (?P<addr>[0-9a-fA-F]+))?.*?\bip[: ](?P<ip>[0-9a-fA-F]+)(?:.*?\berror[: ](?P<err>\w+))?"
                        r"(?:.*? in (?P<lib>[^\[\s]+))?")
-_NV_MODULE = re.compile(r"^(?P<mod>nvidia[-_](?:peermem|uvm|fs|modeset|drm|nvlink|nvswitch\d*)|nvidia)[: ]\s*"
+_NV_MODULE = lazy_regex(r"^(?P<mod>nvidia[-_](?:peermem|uvm|fs|modeset|drm|nvlink|nvswitch\d*)|nvidia)[: ]\s*"
                         r"(?P<rest>.*)")
-_NV_FUNC = re.compile(r"^(?P<func>\w+:\d+)\s")
-_LINUX = re.compile(r"^Linux version (?P<ver>\S+)")
+_NV_FUNC = lazy_regex(r"^(?P<func>\w+:\d+)\s")
+_LINUX = lazy_regex(r"^Linux version (?P<ver>\S+)")
 _GPU_LIBS = ("nccl", "cuda", "cudnn", "cublas", "nvidia", "libnv", "torch", "triton")
 _STORAGE_TRACE = ("nfs", "rpc_", "io_schedule", "ext4", "xfs", "jbd2", "lustre", "ptlrpc", "blk_", "filemap",
                   "wait_on_page", "fsync", "folio_wait")

@@ -31,17 +31,17 @@ evidence pins to a physical GPU (CUDA_VISIBLE_DEVICES with the local rank) is ``
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from collectors.base import Topology
+from collectors.framework.lazy_re import lazy_regex
 from collectors.framework.torch_dist import Continuation, Finding
 
 MAX_RANKS = 65536
-_JOB_IN_NAME = re.compile(r"(?:slurm|job)[-_.]?(?P<job>\d{2,})")
-_ENV = re.compile(r"^\s*(?:export\s+|declare -x\s+)?['\"]?(?P<key>SLURM_PROCID|SLURM_LOCALID|SLURMD_NODENAME|"
+_JOB_IN_NAME = lazy_regex(r"(?:slurm|job)[-_.]?(?P<job>\d{2,})")
+_ENV = lazy_regex(r"^\s*(?:export\s+|declare -x\s+)?['\"]?(?P<key>SLURM_PROCID|SLURM_LOCALID|SLURMD_NODENAME|"
                   r"SLURM_JOB_ID|SLURM_JOBID|RANK|LOCAL_RANK|GROUP_RANK|WORLD_SIZE|CUDA_VISIBLE_DEVICES|HOSTNAME)"
                   r"['\"]?(?:=|:\s*)"
                   r"[\"']?(?P<value>[^\"'\s]*?)[\"']?,?\s*$")
@@ -49,13 +49,13 @@ _ENV = re.compile(r"^\s*(?:export\s+|declare -x\s+)?['\"]?(?P<key>SLURM_PROCID|S
 ENV_NEEDLES = ("RANK=", "RANK'", 'RANK"', "SLURM_PROCID", "SLURM_LOCALID", "NODENAME", "CUDA_VISIBLE_DEVICES",
                "HOSTNAME", "JOB_ID", "SLURM_JOBID", "WORLD_SIZE", "initialized host")
 """What an environment dump line (and fairseq's placement line) holds: the reader's prefilter needles."""
-_INITIALIZED_HOST = re.compile(r"initialized host (?P<host>[\w.\-]+) as rank (?P<rank>\d+)")
+_INITIALIZED_HOST = lazy_regex(r"initialized host (?P<host>[\w.\-]+) as rank (?P<rank>\d+)")
 """fairseq / metaseq: ``metaseq.distributed.utils | initialized host fairwus3-1-htc-337 as rank 0``
 (https://github.com/facebookresearch/metaseq/pull/291)."""
 RENDEZVOUS = "Rendezvous complete for workers"
-TRACE_NAME = re.compile(r"(?:^|/)nccl_trace_rank_(?P<rank>\d{1,6})(?:\.\w{1,8})?$")
-_TABLE_ROW = re.compile(r"^\s*(?P<key>[a-z_]+)=(?P<value>.*?)\s*$")
-_INTS = re.compile(r"\d+")
+TRACE_NAME = lazy_regex(r"(?:^|/)nccl_trace_rank_(?P<rank>\d{1,6})(?:\.\w{1,8})?$")
+_TABLE_ROW = lazy_regex(r"^\s*(?P<key>[a-z_]+)=(?P<value>.*?)\s*$")
+_INTS = lazy_regex(r"\d+")
 
 
 def _ints(text: str) -> list[int]:

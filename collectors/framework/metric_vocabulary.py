@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from collectors.framework.lazy_re import lazy_regex
+
 SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
 
 # family name -> canonical metric. Latency families are histograms or summaries unless listed in
@@ -126,8 +128,8 @@ _WORDS = (  # free-form column and summary names (CSV, benchmark output): first 
     (re.compile(r"(?:output|generat\w*).?(?:token.)?throughput|gen.throughput"), "gen_throughput"),
     (re.compile(r"request.(?:throughput|rate)|req.?/s|rps|qps"), "request_rate"),
 )
-_QUANTILE_WORD = re.compile(r"(?:^|[^a-z0-9])p(\d{2,3}(?:\.\d+)?)(?:[^0-9]|$)")
-_STAT_WORD = re.compile(r"(?:^|[^a-z])(mean|avg|average|median|max|min|std)(?:[^a-z]|$)")
+_QUANTILE_WORD = lazy_regex(r"(?:^|[^a-z0-9])p(\d{2,3}(?:\.\d+)?)(?:[^0-9]|$)")
+_STAT_WORD = lazy_regex(r"(?:^|[^a-z])(mean|avg|average|median|max|min|std)(?:[^a-z]|$)")
 _UNIT_SUFFIX = (("_microseconds", 1e-6), ("_milliseconds", 1e-3), ("_seconds", 1.0), ("_us", 1e-6), ("_ms", 1e-3),
                 ("_s", 1.0))
 

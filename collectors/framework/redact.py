@@ -32,6 +32,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from collectors.framework.lazy_re import lazy_regex
+
 MASK = "***REDACTED***"
 
 SECRET_WORDS = frozenset({
@@ -51,7 +53,7 @@ KEY_QUALIFIERS = frozenset({
 """``X_KEY`` is a secret for these X (``API_KEY``, ``SECRET_ACCESS_KEY``, ``OPENAI_KEY``); ``NCCL_IB_PKEY``,
 ``HOTKEY`` and a bare ``key`` (``sort --key=2``, ``key=0x1234`` in a driver message) are not."""
 
-_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_WORD = lazy_regex(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _HINT = rb"(?=[A-Za-z0-9_.-]*?(?i:token|secret|pass|pwd|key|auth|credential))[A-Za-z0-9_.-]+"
 """A name that may be a secret's (decided by :func:`secret_name`); keeps the regexes from calling back
 for every ``pid=1234``. The hint is looked for ahead and the name taken whole, so that a long run of
@@ -104,7 +106,7 @@ _ARGS = rb"(?:[^\n;|&'\"]|'[^'\n]*'|\"[^\"\n]*\")*"
 _SCHEMES = frozenset({b"", b"bearer", b"basic", b"token", b"digest", b"negotiate", b"apikey", b"ntlm",
                       b"aws4-hmac-sha256"})
 """Authorization schemes: the word a header keeps before its masked credentials (and none)."""
-_MASKED = re.compile(rb"(?i)['\"\\ \t]*(?:(?:" + b"|".join(sorted(_SCHEMES - {b""})) + rb")[ \t]+)?"
+_MASKED = lazy_regex(rb"(?i)['\"\\ \t]*(?:(?:" + b"|".join(sorted(_SCHEMES - {b""})) + rb")[ \t]+)?"
                      + re.escape(MASK.encode()))
 """A value that an earlier rule masked already (or the scheme word before it, ``Bearer ***``)."""
 _OPEN_Q = rb"(?<!\\)(?P<q>\\{1,7})?\""

@@ -12,21 +12,21 @@ they must be tried, so a new format is a block class and one opener, in the modu
 from __future__ import annotations
 
 import abc
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from collectors.base import ParseContext, Row, Skipped
+from collectors.framework.lazy_re import lazy_regex
 
 if TYPE_CHECKING:
     from collectors.nvml import HealthTracker
 
-_BORDER = re.compile(r"[+|][-=+| ]*[+|]?")
-_NUMBER = re.compile(r"\s*(-?\d+(?:\.\d+)?)")
-_HEX = re.compile(r"0x[0-9a-fA-F]+")
-_LOCAL = re.compile(r"(\d{4})[/-](\d\d)[/-](\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?\s*$")
+_BORDER = lazy_regex(r"[+|][-=+| ]*[+|]?")
+_NUMBER = lazy_regex(r"\s*(-?\d+(?:\.\d+)?)")
+_HEX = lazy_regex(r"0x[0-9a-fA-F]+")
+_LOCAL = lazy_regex(r"(\d{4})[/-](\d\d)[/-](\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?\s*$")
 
 
 @dataclass

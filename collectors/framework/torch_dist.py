@@ -32,6 +32,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from collectors.framework.lazy_re import lazy_regex
+
 NCCL_RESULTS = {0: "ncclSuccess", 1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",
                 4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress"}
 """ncclResult_t codes, as the ``-> N`` error-propagation lines print them."""
@@ -81,9 +83,9 @@ class Continuation(ABC):
 
 # -- rank and process-group prefixes inside messages ----------------------------------------------------
 
-_PG = re.compile(r"\[PG (?:ID )?(?P<pg>\d+)(?: PG GUID (?P<guid>[^\s(\]]+))?\s*(?:\((?P<name>[^)\]]*)\))?"
+_PG = lazy_regex(r"\[PG (?:ID )?(?P<pg>\d+)(?: PG GUID (?P<guid>[^\s(\]]+))?\s*(?:\((?P<name>[^)\]]*)\))?"
                  r"(?: Rank (?P<rank>\d+))?\]")
-_RANK = re.compile(r"\[Rank (?P<rank>\d+)\]")
+_RANK = lazy_regex(r"\[Rank (?P<rank>\d+)\]")
 
 
 def pg_info(text: str) -> tuple[dict[str, Any], int | None]:
@@ -109,25 +111,25 @@ def pg_info(text: str) -> tuple[dict[str, Any], int | None]:
 
 # -- ProcessGroupNCCL watchdog ---------------------------------------------------------------------------
 
-_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<fields>(?:[^()]|\(ms\))*)\)"
+_WATCHDOG = lazy_regex(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<fields>(?:[^()]|\(ms\))*)\)"
                        r"(?: ran for (?P<ran>\d+) milliseconds)?")
-_WORK_FIELD = re.compile(r"(\w+(?:\(ms\))?)=([^,]+)")
-_PROGRESS = re.compile(r"(?:detected by watchdog at work(?: sequence id)?|Timeout at NCCL work|"
+_WORK_FIELD = lazy_regex(r"(\w+(?:\(ms\))?)=([^,]+)")
+_PROGRESS = lazy_regex(r"(?:detected by watchdog at work(?: sequence id)?|Timeout at NCCL work|"
                        r"at work sequence id)[: ]+(?P<seq>\d+)")
-_LAST_WORK = re.compile(r"[Ll]ast (?P<what>enqueued|started|completed)(?: NCCL)? work: (?P<seq>-?\d+)")
-_BLOCKING = re.compile(r"Work WorkNCCL\((?P<fields>(?:[^()]|\(ms\))*)\) timed out in blocking wait")
-_DUMP_SIGNAL = re.compile(r"Received a (?:dump signal|global timeout)(?: due to a collective timeout)? from "
+_LAST_WORK = lazy_regex(r"[Ll]ast (?P<what>enqueued|started|completed)(?: NCCL)? work: (?P<seq>-?\d+)")
+_BLOCKING = lazy_regex(r"Work WorkNCCL\((?P<fields>(?:[^()]|\(ms\))*)\) timed out in blocking wait")
+_DUMP_SIGNAL = lazy_regex(r"Received a (?:dump signal|global timeout)(?: due to a collective timeout)? from "
                           r"(?:this local rank|another rank|\s*rank (?P<src>-?\d+))")
 """The heartbeat monitor learning of a failure: its own rank's (``this local rank``) or the rank that
 wrote the dump flag in the TCPStore first (2.4+ names it; 2.3 said ``a global timeout from another rank``)."""
-_TERMINATING = re.compile(r"Terminating the process after attempting to dump debug info, due to (?P<why>.+?)\.?\s*$")
-_HEARTBEAT = re.compile(r"Heartbeat monitor timed out!.*?(?:workMetaList_\.size\(\)\s*=\s*(?P<n>\d+))?$")
-_STUCK = re.compile(r"watchdog got stuck for (?P<s>\d+) seconds")
-_MISMATCH = re.compile(r"Detected mismatch between collectives on ranks\. Rank (?P<r1>\d+) is running collective: "
+_TERMINATING = lazy_regex(r"Terminating the process after attempting to dump debug info, due to (?P<why>.+?)\.?\s*$")
+_HEARTBEAT = lazy_regex(r"Heartbeat monitor timed out!.*?(?:workMetaList_\.size\(\)\s*=\s*(?P<n>\d+))?$")
+_STUCK = lazy_regex(r"watchdog got stuck for (?P<s>\d+) seconds")
+_MISMATCH = lazy_regex(r"Detected mismatch between collectives on ranks\. Rank (?P<r1>\d+) is running collective: "
                        r"CollectiveFingerPrint\((?P<f1>.*?)\)+, but Rank (?P<r2>\d+) is running collective: "
                        r"CollectiveFingerPrint\((?P<f2>.*)\)")
-_FP_FIELD = re.compile(r"(SequenceNumber|OpType|TensorShape|TensorDtypes)=(\[[^\]]*\]|[^,)]+)")
-_WATCHDOG_DIED = re.compile(r"(?:Process group watchdog thread terminated with exception|"
+_FP_FIELD = lazy_regex(r"(SequenceNumber|OpType|TensorShape|TensorDtypes)=(\[[^\]]*\]|[^,)]+)")
+_WATCHDOG_DIED = lazy_regex(r"(?:Process group watchdog thread terminated with exception|"
                             r"NCCL watchdog thread terminated with exception): (?P<what>.*)")
 
 
@@ -211,20 +213,20 @@ def _watchdog_other(msg: str) -> Finding | None:
 
 # -- NCCL errors raised into Python / C++ ------------------------------------------------------------------
 
-_NCCL_ERROR = re.compile(r"NCCL [Ee]rror(?: (?P<code>\d+))?(?: in: (?P<path>[^,\s]+?):(?P<lineno>\d+))?[,:]\s*"
+_NCCL_ERROR = lazy_regex(r"NCCL [Ee]rror(?: (?P<code>\d+))?(?: in: (?P<path>[^,\s]+?):(?P<lineno>\d+))?[,:]\s*"
                          r"(?P<text>[^,]+)"
                          r"(?:, NCCL version (?P<version>[\w.+\-]*\w))?")
-_NCCL_RESULT_NAME = re.compile(r"\b(?P<name>nccl(?:UnhandledCuda|System|Internal|InvalidArgument|InvalidUsage|Remote)"
+_NCCL_RESULT_NAME = lazy_regex(r"\b(?P<name>nccl(?:UnhandledCuda|System|Internal|InvalidArgument|InvalidUsage|Remote)"
                                r"Error)\b(?::\s*(?P<desc>.*?)(?=\s+Last error:|$))?")
-_LAST_ERROR = re.compile(r"Last error:\s*(?P<text>.*)$")
-_EXCEPTION = re.compile(r"(?P<exc>(?:[A-Za-z_][\w]*(?:\.|::))*[A-Z]\w*(?:Error|Exception))\s*:")
-_COLLECTIVE_CALL = re.compile(r"\b(?:dist|group|pg|process_group|torch\.distributed|c10d|self\.\w+)\."
+_LAST_ERROR = lazy_regex(r"Last error:\s*(?P<text>.*)$")
+_EXCEPTION = lazy_regex(r"(?P<exc>(?:[A-Za-z_][\w]*(?:\.|::))*[A-Z]\w*(?:Error|Exception))\s*:")
+_COLLECTIVE_CALL = lazy_regex(r"\b(?:dist|group|pg|process_group|torch\.distributed|c10d|self\.\w+)\."
                               r"(?P<op>all_?reduce\w*|all_?gather\w*|reduce_scatter\w*|broadcast\w*|barrier|"
                               r"all_to_all\w*|alltoall\w*|send|recv|isend|irecv|reduce|gather|scatter)\(")
-_STORE_ERROR = re.compile(r"(?:store->get\('[^']*'\)|c10d key-value store).*?got error: (?P<text>.+)$")
-_C10D_SOCKET = re.compile(r"\[c10d\] (?P<text>.*?(?:timed out|has failed|[Rr]efused|reset by peer|[Bb]roken pipe|"
+_STORE_ERROR = lazy_regex(r"(?:store->get\('[^']*'\)|c10d key-value store).*?got error: (?P<text>.+)$")
+_C10D_SOCKET = lazy_regex(r"\[c10d\] (?P<text>.*?(?:timed out|has failed|[Rr]efused|reset by peer|[Bb]roken pipe|"
                           r"unreachable|[Nn]o route).*)$")
-_DIST_ERROR = re.compile(r"(?P<exc>torch\.distributed\.Dist(?:Backend|Network|Store)Error|Dist(?:Network|Store)Error)"
+_DIST_ERROR = lazy_regex(r"(?P<exc>torch\.distributed\.Dist(?:Backend|Network|Store)Error|Dist(?:Network|Store)Error)"
                          r":\s*(?P<text>.*)")
 
 
@@ -330,11 +332,11 @@ class _NcclErrorTrace(Continuation):
 
 # -- CUDA errors and out-of-memory ---------------------------------------------------------------------------
 
-_CUDA_ERROR = re.compile(r"(?P<err>CUDA error: (?P<what>[^.\n]*?(?:\.\.\.)?)|CUDA driver error: [^.\n]*|"
+_CUDA_ERROR = lazy_regex(r"(?P<err>CUDA error: (?P<what>[^.\n]*?(?:\.\.\.)?)|CUDA driver error: [^.\n]*|"
                          r"CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cudaError\w+)"
                          r"(?=\s*(?:\(|$|\.|,|;|\n|CUDA kernel errors|Search for|For debugging|Compile with|"
                          r"Exception raised))")
-_OOM = re.compile(r"CUDA out of memory\. Tried to allocate (?P<tried>[\d.]+ [KMGT]?i?B)")
+_OOM = lazy_regex(r"CUDA out of memory\. Tried to allocate (?P<tried>[\d.]+ [KMGT]?i?B)")
 _OOM_FIELDS = (
     ("gpu_index", re.compile(r"\(?GPU (\d+)[;)]? (?:has a total|[\d.]+ [KMGT]i?B total)")),
     ("total_capacity", re.compile(r"total capac(?:i)?ty of ([\d.]+ [KMGT]?i?B)|([\d.]+ [KMGT]?i?B) total capacity")),
@@ -398,8 +400,8 @@ def _cuda_error(msg: str, exception: str | None = None) -> tuple[Finding, Contin
 
 _CUDA_TRAILER = ("CUDA kernel errors might be", "For debugging consider passing", "Compile with `TORCH_USE_CUDA_DSA`",
                  "Device-side assertion", "Device-side assertions")
-_SEARCH_FOR = re.compile(r"Search for `(?P<name>\w+)'")
-_RAISED = re.compile(r"Exception raised from (?P<func>\S+) at (?P<path>\S+?):(?P<line>\d+)")
+_SEARCH_FOR = lazy_regex(r"Search for `(?P<name>\w+)'")
+_RAISED = lazy_regex(r"Exception raised from (?P<func>\S+) at (?P<path>\S+?):(?P<line>\d+)")
 
 
 class _CudaErrorTrace(Continuation):
@@ -465,7 +467,7 @@ class _Terminate(Continuation):
         return self.findings
 
 
-_TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<exc>[^']+)'")
+_TERMINATE = lazy_regex(r"terminate called after throwing an instance of '(?P<exc>[^']+)'")
 
 
 # -- NaN / Inf losses and loss-scale overflows -----------------------------------------------------------------
@@ -487,7 +489,7 @@ _OVERFLOW = (
     ("apex", re.compile(r"Gradient overflow\.\s+Skipping step, loss scaler \d+ reducing loss scale to "
                         r"(?P<new>[\d.e+]+)")),
 )
-_STEP = re.compile(r"\b(?:global_step|iteration|step|iter)\b\D{0,3}(?P<step>\d+)", re.I)
+_STEP = lazy_regex(r"\b(?:global_step|iteration|step|iter)\b\D{0,3}(?P<step>\d+)", re.I)
 
 
 def _nan_loss(msg: str) -> Finding | None:
@@ -521,30 +523,30 @@ STEP_NEEDLES = ("time", "it/s", "s/it", "SamplesPerSec", "ps: ", "skipped=")
 iteration``, DeepSpeed's ``time (ms)``, ``step_time``, ``iter time``, HF's ``train_runtime``;
 ``skipped=`` DeepSpeed's progress line): the NCCL reader's prefilter sweeps the raw bytes for them."""
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_ANSI = lazy_regex(r"\x1b\[[0-9;]*m")
 _NUM = r"\d[\d,]*(?:\.\d+)?(?:[eE][+-]?\d+)?"
-_MEGATRON = re.compile(rf"\biteration\s+(?P<step>\d+)\s*/\s*(?P<total>\d+)\s*\|.*?"
+_MEGATRON = lazy_regex(rf"\biteration\s+(?P<step>\d+)\s*/\s*(?P<total>\d+)\s*\|.*?"
                        rf"elapsed time per iteration \(ms\):\s*(?P<v>{_NUM})")
-_MEGATRON_TFLOPS = re.compile(rf"throughput per GPU \(TFLOP/s/GPU\):\s*(?P<v>{_NUM})")
-_DS_PROGRESS = re.compile(r"\bstep=(?P<step>\d+), skipped=\d+")
-_DS_TIMES = re.compile(r"time \(ms\) \|(?P<fields>.*)$")
-_DS_FIELD = re.compile(rf"(?P<name>[a-z_]+):\s*(?P<v>{_NUM})")
-_DS_RATE = re.compile(rf"(?:epoch=(?P<epoch>\d+)/micro_step=\d+/global_step=(?P<step>\d+)|\b(?P<epoch2>\d+)/"
+_MEGATRON_TFLOPS = lazy_regex(rf"throughput per GPU \(TFLOP/s/GPU\):\s*(?P<v>{_NUM})")
+_DS_PROGRESS = lazy_regex(r"\bstep=(?P<step>\d+), skipped=\d+")
+_DS_TIMES = lazy_regex(r"time \(ms\) \|(?P<fields>.*)$")
+_DS_FIELD = lazy_regex(rf"(?P<name>[a-z_]+):\s*(?P<v>{_NUM})")
+_DS_RATE = lazy_regex(rf"(?:epoch=(?P<epoch>\d+)/micro_step=\d+/global_step=(?P<step>\d+)|\b(?P<epoch2>\d+)/"
                       rf"(?P<step2>\d+)),\s*(?:RunningAvg)?SamplesPerSec=(?P<avg>{_NUM})"
                       rf"(?:,\s*CurrSamplesPerSec=(?P<cur>{_NUM}))?")
-_TITAN = re.compile(rf"\bstep:\s*(?P<step>\d+)\s+loss:.*?\b(?P<unit>tps|wps):\s*(?P<v>{_NUM})")
-_TITAN_MFU = re.compile(rf"\bmfu:\s*(?P<v>{_NUM})%")
-_TQDM = re.compile(rf"(?:\b[Ee]poch\s+(?P<epoch>\d+)\b[^|]*)?\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+|\?)\s*"
+_TITAN = lazy_regex(rf"\bstep:\s*(?P<step>\d+)\s+loss:.*?\b(?P<unit>tps|wps):\s*(?P<v>{_NUM})")
+_TITAN_MFU = lazy_regex(rf"\bmfu:\s*(?P<v>{_NUM})%")
+_TQDM = lazy_regex(rf"(?:\b[Ee]poch\s+(?P<epoch>\d+)\b[^|]*)?\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+|\?)\s*"
                    rf"\[[\d:]+<[^,\]]*,\s*(?P<v>{_NUM})(?P<unit>s/it|it/s)")
-_HF_RUNTIME = re.compile(rf"""['"]train(?P<per_step>_step)?_runtime['"]:\s*(?P<v>{_NUM})""")
-_HF_FIELD = re.compile(rf"""['"](?P<name>train_steps_per_second|train_samples_per_second|epoch|step)['"]:\s*"""
+_HF_RUNTIME = lazy_regex(rf"""['"]train(?P<per_step>_step)?_runtime['"]:\s*(?P<v>{_NUM})""")
+_HF_FIELD = lazy_regex(rf"""['"](?P<name>train_steps_per_second|train_samples_per_second|epoch|step)['"]:\s*"""
                        rf"(?P<v>{_NUM})")
-_PLAIN_KEY = re.compile(r"(?P<key>step[_ ]time|per[-_ ]step time|time[_ ]per[_ ](?:step|iter(?:ation)?)|time/step|"
+_PLAIN_KEY = lazy_regex(r"(?P<key>step[_ ]time|per[-_ ]step time|time[_ ]per[_ ](?:step|iter(?:ation)?)|time/step|"
                         r"iter(?:ation)?[_ ]time|batch[_ ]time)"
                         rf"(?:\s*\((?P<paren>ms|s)\))?(?P<ms_key>_ms)?[\s:=]*(?P<v>{_NUM})\s*(?P<unit>ms|s|sec)?\b")
-_PLAIN_STEP = re.compile(r"\b(?:global[_ ]step|steps?|iteration|iter)\b[\s:=#]*(?P<step>\d+)(?:\s*/\s*\d+)?\b")
+_PLAIN_STEP = lazy_regex(r"\b(?:global[_ ]step|steps?|iteration|iter)\b[\s:=#]*(?P<step>\d+)(?:\s*/\s*\d+)?\b")
 """``step N … step_time X`` and its spellings, matched on the lower-cased line: the key after the step."""
-_MSG_RANK = re.compile(r"\[[Rr]ank ?(\d+)\]|\brank=(\d+)")
+_MSG_RANK = lazy_regex(r"\[[Rr]ank ?(\d+)\]|\brank=(\d+)")
 
 
 def _num(text: str | None) -> float | None:
@@ -664,12 +666,12 @@ def _hf_metrics(msg: str, m: re.Match[str]) -> dict[str, Any] | None:
 
 # -- torchrun / torch.distributed.elastic -------------------------------------------------------------------
 
-_CHILD_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lrank>\d+) \(pid: (?P<pid>\d+)\)"
+_CHILD_FAILED = lazy_regex(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lrank>\d+) \(pid: (?P<pid>\d+)\)"
                            r"(?: of (?:binary|fn): (?P<binary>\S+))?")
-_SENDING = re.compile(r"Sending process (?P<pid>\d+) closing signal (?P<sig>SIG\w+)")
-_GOT_SIGNAL = re.compile(r"(?:Process (?P<pid>\d+) got signal: (?P<num>\d+))|(?:Received (?P<sig>SIG\w+) death signal)")
-_BARRIER = re.compile(r"Error waiting on exit barrier\. Elapsed: (?P<s>[\d.]+) seconds")
-_SUMMARY_START = re.compile(r"ChildFailedError|^Root Cause \(first observed failure\):|^Failures:\s*$")
+_SENDING = lazy_regex(r"Sending process (?P<pid>\d+) closing signal (?P<sig>SIG\w+)")
+_GOT_SIGNAL = lazy_regex(r"(?:Process (?P<pid>\d+) got signal: (?P<num>\d+))|(?:Received (?P<sig>SIG\w+) death signal)")
+_BARRIER = lazy_regex(r"Error waiting on exit barrier\. Elapsed: (?P<s>[\d.]+) seconds")
+_SUMMARY_START = lazy_regex(r"ChildFailedError|^Root Cause \(first observed failure\):|^Failures:\s*$")
 
 
 def signal_name(exitcode: int | None) -> str | None:
@@ -711,11 +713,11 @@ def _elastic(msg: str, lineno: int) -> tuple[Finding | None, Continuation | None
     return None
 
 
-_ENTRY = re.compile(r"^\[(?P<n>\d+)\]:\s*$")
-_FIELD = re.compile(r"^(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s*(?P<value>.*)$")
-_RANK_FIELD = re.compile(r"(?P<rank>-?\d+)(?: \(local_rank: (?P<lrank>-?\d+)\))?")
-_EXIT_FIELD = re.compile(r"(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
-_SIGNAL_TEXT = re.compile(r"Signal (?P<num>\d+) \((?P<sig>SIG\w+)\)")
+_ENTRY = lazy_regex(r"^\[(?P<n>\d+)\]:\s*$")
+_FIELD = lazy_regex(r"^(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s*(?P<value>.*)$")
+_RANK_FIELD = lazy_regex(r"(?P<rank>-?\d+)(?: \(local_rank: (?P<lrank>-?\d+)\))?")
+_EXIT_FIELD = lazy_regex(r"(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
+_SIGNAL_TEXT = lazy_regex(r"Signal (?P<num>\d+) \((?P<sig>SIG\w+)\)")
 
 
 class _ElasticSummary(Continuation):
@@ -828,8 +830,8 @@ class _ElasticSummary(Continuation):
 
 # -- flight recorder analysis ------------------------------------------------------------------------------------
 
-_FR_START = re.compile(r"Not all ranks joining collective(?::? sequence number:? (?P<seq>\d+)|\s+(?P<seq2>\d+))?")
-_FR_FIELD = re.compile(r"^(?P<key>internal record id|group info|collective|missing ranks|input sizes|output sizes|"
+_FR_START = lazy_regex(r"Not all ranks joining collective(?::? sequence number:? (?P<seq>\d+)|\s+(?P<seq2>\d+))?")
+_FR_FIELD = lazy_regex(r"^(?P<key>internal record id|group info|collective|missing ranks|input sizes|output sizes|"
                        r"world size|expected ranks|collective state|sequence number)\s*:\s*(?P<value>.*)$")
 
 
@@ -926,6 +928,6 @@ def classify(msg: str, lineno: int, exception: str | None = None) -> tuple[Findi
 
 
 _ELASTIC_WORDS = ("exitcode", "signal", "exit barrier", "ChildFailedError", "Root Cause", "Failures:")
-_INF = re.compile(r"inf\b")
+_INF = lazy_regex(r"inf\b")
 """What every torchrun and NaN/overflow reader above needs in the line: most lines (step logs) are
 turned away by a substring test instead of a dozen regex searches."""

@@ -17,7 +17,6 @@ Cost: one RE2 alternation over the raw bytes, as the catalog's prefilter; only h
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from functools import cache
@@ -25,6 +24,7 @@ from typing import Any, BinaryIO
 
 from collectors.base import LAYERS, Event
 from collectors.framework.framing import peel
+from collectors.framework.lazy_re import lazy_regex
 
 BLOCK_BYTES = 4 << 20
 MAX_LINE = 4 << 10
@@ -45,7 +45,7 @@ _SHAPES = (
     rb"\bexitcode: ?-?[1-9]|returned non-zero exit status",
 )
 _QUIET_LEVELS = {"info", "debug", "notice", "trace"}
-_MASK = re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F]{8,}\b|\d+")
+_MASK = lazy_regex(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F]{8,}\b|\d+")
 
 
 @cache

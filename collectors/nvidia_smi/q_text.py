@@ -7,11 +7,12 @@ import re
 from collections.abc import Iterable
 
 from collectors.base import Row, Skipped
+from collectors.framework.lazy_re import lazy_regex
 from collectors.framework.text_blocks import Block, Clock, TextParser, integer
 from collectors.nvidia_smi.tree import Node, gpu_rows, norm, parse_ctime, value
 
 BANNER = re.compile(r"^=+\s*NVSMI LOG\s*=+\s*$")
-Q_GPU = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
+Q_GPU = lazy_regex(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 KV = re.compile(r"^(\s*)([A-Za-z0-9][^:]*?)\s+:(?:\s(.*))?$")
 HEADER = re.compile(r"^(\s*)([A-Za-z][\w .()/+,-]*?)\s*$")
 Q_HINTS = {"product_name", "performance_state", "gpu_uuid", "driver_version", "cuda_version", "attached_gpus",

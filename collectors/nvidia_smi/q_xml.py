@@ -7,13 +7,14 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Iterator
 
 from collectors.base import Row, Skipped
+from collectors.framework.lazy_re import lazy_regex
 from collectors.framework.text_blocks import Block, Clock, TextParser, integer
 from collectors.nvidia_smi.tree import Node, gpu_rows, parse_ctime
 
 MAX_XML_DEPTH = 32
 """nvidia-smi XML nests about 6 deep; anything far deeper is junk, refused before it costs recursion."""
-XML_START = re.compile(r"^\s*<(?:\?xml|!DOCTYPE\s+nvidia_smi_log|nvidia_smi_log)")
-_XML_GPU = re.compile(r"^\s*<gpu[\s>]")
+XML_START = lazy_regex(r"^\s*<(?:\?xml|!DOCTYPE\s+nvidia_smi_log|nvidia_smi_log)")
+_XML_GPU = lazy_regex(r"^\s*<gpu[\s>]")
 """A <gpu> element starting its line: where reading resumes after a damaged one."""
 
 

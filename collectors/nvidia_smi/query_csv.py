@@ -6,13 +6,14 @@ import re
 from collections.abc import Iterable
 
 from collectors.base import Event, GpuInventory, GpuSample, Row, Skipped, normalize_pci
+from collectors.framework.lazy_re import lazy_regex
 from collectors.framework.text_blocks import Block, Clock, TextParser, integer, number, parse_local
 from collectors.nvidia_smi.tree import NA, REASONS, yes
 from collectors.nvml import decode_reasons, gpu_key
 
-_CSV_FIELD = re.compile(r"^[a-z_][a-z0-9_.]*(?: \[[^\]]+\])?$")
+_CSV_FIELD = lazy_regex(r"^[a-z_][a-z0-9_.]*(?: \[[^\]]+\])?$")
 QUERY_CMD = re.compile(r"--query-gpu[= ]([\w.,]+).*?--format[= ](\S+)")
-_ANNOTATION = re.compile(r"\s+(?:<=|<-|#)\s.*$")
+_ANNOTATION = lazy_regex(r"\s+(?:<=|<-|#)\s.*$")
 
 
 def open_csv(parser: TextParser, n: int, line: str, stripped: str) -> Iterable[Row] | None:

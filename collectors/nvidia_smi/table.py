@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from collectors.base import Event, GpuInventory, GpuSample, Row, normalize_pci
+from collectors.framework.lazy_re import lazy_regex
 from collectors.framework.text_blocks import Block, Clock, TextParser, integer, number
 from collectors.nvidia_smi.failures import failure_events, is_failure
 from collectors.nvidia_smi.tree import parse_ctime
@@ -17,9 +18,9 @@ TABLE_HEAD = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s*(\S+)(?:\s+CUDA
 TABLE_GPU1 = re.compile(r"^\|\s*(\d+)\s+(.+?)\s+(On|Off|ERR!|N/A)\s*\|\s*"
                         r"([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s+(On|Off|ERR!|N/A)\s*\|\s*(\S+)\s*\|")
 """A GPU's first row: index, name, persistence mode, bus id, display active, volatile uncorrected ECC."""
-_TABLE_GPU2 = re.compile(r"^\|\s*(\S+)\s+(\d+C|N/A|ERR!)\s+(P\d+|ERR!|N/A)\s+(\S+)\s*/\s*(\S+)\s*\|\s*(\S+)\s*/\s*(\S+)"
+_TABLE_GPU2 = lazy_regex(r"^\|\s*(\S+)\s+(\d+C|N/A|ERR!)\s+(P\d+|ERR!|N/A)\s+(\S+)\s*/\s*(\S+)\s*\|\s*(\S+)\s*/\s*(\S+)"
                          r"\s*\|\s*(\S+)\s+(\S+)\s*\|")
-_TABLE_PROC = re.compile(r"^\|\s+(\d+)\s+(?:(\S+)\s+(\S+)\s+)?(\d+)\s+([CG+]+)\s+(.+?)\s+(\d+MiB|N/A)\s*\|")
+_TABLE_PROC = lazy_regex(r"^\|\s+(\d+)\s+(?:(\S+)\s+(\S+)\s+)?(\d+)\s+([CG+]+)\s+(.+?)\s+(\d+MiB|N/A)\s*\|")
 
 
 def open_table(parser: TextParser, n: int, line: str, stripped: str) -> Iterable[Row] | None:

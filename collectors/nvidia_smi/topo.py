@@ -7,12 +7,13 @@ import re
 from collections.abc import Iterable
 
 from collectors.base import HostFact, Row
+from collectors.framework.lazy_re import lazy_regex
 from collectors.framework.text_blocks import Block, TextParser
 
 TOPO_HEAD = re.compile(r"^\s+GPU0(?:\s+\S+)*?\s+CPU Affinity\b")
-_TOPO_ROW = re.compile(r"^(GPU\d+|NIC\d+|mlx\S+)\s")
-_TOPO_LEGEND = re.compile(r"^(?:\s*(?:NIC\s+)?Legend:\s*$|\s+\S+\s+=\s|\s+NIC\d+:\s)")
-_TOPO_SPLIT = re.compile(r"\t|\s{2,}")
+_TOPO_ROW = lazy_regex(r"^(GPU\d+|NIC\d+|mlx\S+)\s")
+_TOPO_LEGEND = lazy_regex(r"^(?:\s*(?:NIC\s+)?Legend:\s*$|\s+\S+\s+=\s|\s+NIC\d+:\s)")
+_TOPO_SPLIT = lazy_regex(r"\t|\s{2,}")
 
 
 def open_topo(parser: TextParser, n: int, line: str, stripped: str) -> Iterable[Row] | None:

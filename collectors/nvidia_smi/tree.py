@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from collectors.base import Event, GpuInventory, GpuSample, Row, normalize_pci
+from collectors.framework.lazy_re import lazy_regex
 from collectors.framework.text_blocks import Clock, integer, number
 from collectors.nvml import HealthTracker, gpu_key
 
@@ -25,7 +26,7 @@ REASONS = {"gpu_idle": "gpu_idle", "idle": "gpu_idle", "applications_clocks_sett
            "display_clocks_setting": "display_clocks"}
 """Clock event/throttle reason names in -q text, XML tags and CSV columns -> the NVML names."""
 
-CTIME = re.compile(r"^\s*(?:[A-Z][a-z]{2}\s+)?([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d\d:\d\d:\d\d)\s+(\d{4})\s*$")
+CTIME = lazy_regex(r"^\s*(?:[A-Z][a-z]{2}\s+)?([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d\d:\d\d:\d\d)\s+(\d{4})\s*$")
 
 
 @dataclass
