@@ -8,7 +8,7 @@ import io
 import pytest
 import yaml
 
-from collectors.framework.framing import peel
+from collectors.framework.framing.wrappers import peel
 from collectors.framework.signatures import CATALOG, catalog, code_table
 from workbench.analysis.causes import load_causes
 
