@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from collectors.framework.code_tables import code_table
-from collectors.framework.framing import peel
+from collectors.framework.framing.wrappers import peel
 from collectors.framework.signatures import CATALOG, catalog
 from workbench.analysis.causes import load_causes
 

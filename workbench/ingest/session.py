@@ -124,7 +124,7 @@ class Session:
                         info: dict[str, Any] | None = None, unwrap: bool = False,
                         path: Path | None = None) -> FileResult:
         """Store the bytes (deduplicated), then parse them into rows (with ``unwrap``, the lines with their
-        wrappers peeled, see collectors/framework/framing.py). A file sent ahead, or one at ``path`` of WORKER_BYTES
+        wrappers peeled, see collectors/framework/framing/). A file sent ahead, or one at ``path`` of WORKER_BYTES
         or more, is parsed by the worker while its bytes are stored here. Never raises for bad content."""
         request = self.request(name=name, kind=kind, module=module, host=host, captured_at=captured_at,
                                mtime=mtime, unwrap=unwrap)
