@@ -10,13 +10,13 @@ import pytest
 import yaml
 
 import playbooks
-import rules
 from collectors.catalog import package_text
 from tests.conftest import run_cli
 from workbench.analysis.causes import (
     DESIGN_CAUSES,
     SYMPTOM_KINDS,
     CatalogError,
+    causes_document,
     load_causes,
     validate_causes,
 )
@@ -179,7 +179,7 @@ def test_a_check_joins_a_playbook_by_its_own_runs_in() -> None:
     (lambda d: d["app_gpu_fault"].update(absorbs=["gpu_hang"]), "absorb each other"),
 ])
 def test_cause_catalog_refuses(mutate, message: str) -> None:
-    doc = copy.deepcopy(yaml.safe_load(package_text(rules, "causes.yaml")))
+    doc = causes_document()
     mutate(doc)
     with pytest.raises(CatalogError, match=message):
         validate_causes(doc)
