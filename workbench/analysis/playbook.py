@@ -172,7 +172,7 @@ def parse_library(data: Any, name: str = "checks.yaml") -> tuple[dict[str, Check
             raise PlaybookError(f"{where}: causes must be a non-empty list")
         unknown = [c for c in cause_ids if c not in causes]
         if unknown:
-            raise PlaybookError(f"{where}: unknown cause id(s) {', '.join(unknown)} (see causes.yaml)")
+            raise PlaybookError(f"{where}: unknown cause id(s) {', '.join(unknown)} (see rules/causes/)")
         needs = entry.get("needs") or []
         bad = [n for n in needs if not isinstance(n, str) or not _NEED.match(n)]
         if bad:
