@@ -17,6 +17,9 @@ import pytest
 
 from collectors import nvml
 from collectors.base import Event, GpuInventory, GpuSample, ParseContext, Skipped
+from collectors.nvml.adapter import NvmlAdapter
+from collectors.nvml.recording import record
+from collectors.nvml.shared import decode_reasons
 from tests.conftest import run_cli
 from tests.nvml_replay import FakeNvml, nvml_error, recording
 from workbench.capture.live import capture
@@ -25,7 +28,7 @@ from workbench.store.bundle import Bundle
 
 def replay(rec: dict[str, Any], samples: int = 3) -> tuple[dict[str, Any], list]:
     """Record through the adapter as capture does, then parse the document as ingest does."""
-    doc = nvml.record(nvml.NvmlAdapter(FakeNvml(rec)), samples=samples, interval=0.01, host="gpu-node")
+    doc = record(NvmlAdapter(FakeNvml(rec)), samples=samples, interval=0.01, host="gpu-node")
     data = json.dumps(doc).encode()
     rows = list(nvml.parse("nvml_json", io.BytesIO(data), ParseContext(host="gpu-node")))
     return doc, rows
@@ -164,15 +167,15 @@ def test_init_failures_map_to_coverage_reasons():
         def nvmlInit(self):
             raise nvml_error("DriverNotLoaded")
 
-    assert nvml.NvmlAdapter(NoLib()).init() == "unavailable: NVML library not found"
-    assert nvml.NvmlAdapter(NoDriver()).init() == "unavailable: NVIDIA driver not loaded"
+    assert NvmlAdapter(NoLib()).init() == "unavailable: NVML library not found"
+    assert NvmlAdapter(NoDriver()).init() == "unavailable: NVIDIA driver not loaded"
 
 
 def test_decode_reasons_names_every_bit():
-    assert nvml.decode_reasons(0x1FF) == ["gpu_idle", "applications_clocks", "sw_power_cap", "hw_slowdown",
+    assert decode_reasons(0x1FF) == ["gpu_idle", "applications_clocks", "sw_power_cap", "hw_slowdown",
                                           "sync_boost", "sw_thermal", "hw_thermal", "hw_power_brake",
                                           "display_clocks"]
-    assert nvml.decode_reasons(0x1000) == ["0x1000"] and nvml.decode_reasons(None) is None
+    assert decode_reasons(0x1000) == ["0x1000"] and decode_reasons(None) is None
 
 
 def test_fake_nvml_capture_through_the_cli_shows_ok_coverage(tmp_path, monkeypatch):
