@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from collectors.base import Event, GpuSample, normalize_pci
+from collectors.base import Event, GpuSample, Row, normalize_pci
+from collectors.nvml.counters import counter_points
 
 BAD_THROTTLE = ("hw_thermal", "hw_power_brake", "sw_power_cap", "hw_slowdown", "sw_thermal")
 """Reasons that mean the clocks are held back by heat or power, not by idleness or a setting."""
@@ -26,8 +27,9 @@ class HealthTracker:
         self.links: dict[str, set[int]] = {}
 
     def observe(self, sample: GpuSample, *, ts_origin: str = "none", ts_approx: bool = False,
-                ts_raw: str | None = None, lines: dict[str, int] | None = None) -> list[Event]:
-        """Events for one reading; ``sample.extra`` may carry pstate, gpu_idle, pcie_max_gen,
+                ts_raw: str | None = None, lines: dict[str, int] | None = None) -> list[Row]:
+        """The reading's error counters as series points (collectors/nvml/counters.py: every GPU reader's
+        samples pass here), then its events; ``sample.extra`` may carry pstate, gpu_idle, pcie_max_gen,
         pcie_max_width, pcie_host_max_gen and recovery_action. ``lines`` maps a condition to its line.
         Messages and attrs are built only for a condition that starts or changes (long logs are cheap)."""
         extra = sample.extra
@@ -49,7 +51,7 @@ class HealthTracker:
             "nvlink_error": sample.nvlink_errors or None,
             "gpu_contention": tuple(sorted(p["pid"] for p in shared)) if len(shared) >= 2 else None,
         }
-        out: list[Event] = []
+        out: list[Row] = list(counter_points(sample))
         for kind, signature in signatures.items():
             key = (sample.gpu, kind)
             if signature is None:
