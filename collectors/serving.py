@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any, BinaryIO
 
 from collectors.base import HostFact, ParseContext, Row, Skipped, to_utc
-from collectors.framework.framing import parse_iso
+from collectors.framework.framing.times import parse_iso
 
 NAME = "serving"
 LAYER = "business"
@@ -76,7 +76,7 @@ def sniff(name: str, head: str) -> dict[str, int]:
 
 
 def parse(kind: str, stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
-    from collectors.framework.framing import Framed, peel
+    from collectors.framework.framing.wrappers import Framed, peel
     from collectors.framework.signatures import catalog, event_of
 
     signatures = catalog()
