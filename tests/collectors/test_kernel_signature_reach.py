@@ -1,5 +1,5 @@
 """The kernel families of the signature catalog run inside the kernel collector, on its candidate lines
-only (collectors/kernel.py, SIGNATURES_INLINE): a sample of theirs that holds none of the collector's
+only (collectors/kernel/, SIGNATURES_INLINE): a sample of theirs that holds none of the collector's
 KEYWORDS would never be matched in a real dmesg, however right its regex. Each sample, parsed as a
 kernel log, must yield its entry's kind (or the kind the format parser writes for it: parsed_as)."""
 
