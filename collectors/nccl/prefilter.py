@@ -18,7 +18,8 @@ _INFO_KEEP = ("comm 0x", "ncclComm", "Channel [0-9]", "NCCL version", "NET/IB", 
 
 
 WRITE_NEEDLES = ("Errno", "StreamWriter", "space left", "Input/output error", "unexpected pos", "write(): fd")
-"""What a failed checkpoint or data write prints (``collectors.storage.write_failure`` reads the line)."""
+"""What a failed checkpoint or data write prints (``collectors.storage.write_failures.write_failure`` reads
+the line)."""
 NEEDLES = ("exitcode", "signal", "exit barrier", "ChildFailedError", "Root Cause", "Failures:", "nan", "NaN",
            "verflow", "Skipping step", "DistNetworkError", "DistStoreError", "Not all ranks joining",
            "mismatch between collectives", "terminate called", "[c10d]", RENDEZVOUS, *torch_dist.STEP_NEEDLES,

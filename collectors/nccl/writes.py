@@ -1,5 +1,5 @@
-"""A failed write in a rank's log (``collectors.storage.write_failure`` reads the line): a checkpoint's when
-torch's serializer printed it or the lines before it show a save in progress."""
+"""A failed write in a rank's log (``collectors.storage.write_failures.write_failure`` reads the line): a
+checkpoint's when torch's serializer printed it or the lines before it show a save in progress."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 from collectors.framework.lazy_re import lazy_regex
 from collectors.framework.torch_dist import Finding
-from collectors.storage import write_failure
+from collectors.storage.write_failures import write_failure
 
 _CKPT_CONTEXT = lazy_regex(rb"torch\.save|save_checkpoint|serialization\.py|checkpoint|ckpt|safetensors|state_dict|"
                            rb"save_pretrained|dcp\.save|\.pth?\b", re.I)
