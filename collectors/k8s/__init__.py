@@ -61,4 +61,3 @@ def parse(kind: str, stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
         yield from parse_document(kind, stream, ctx)
     else:
         yield from TextParser(ctx).run(stream)
-

@@ -164,5 +164,3 @@ class TableLines(LineState):
         name = row.get("NAME")
         return k8s_event(reason, "", ts=anchor, origin=origin, approx=True, host=name, line=n, object=f"Node/{name}",
                          node=name, status=status)
-
-    # -- kubectl describe pod

@@ -156,5 +156,3 @@ class InitLines(ReaderState):
         if (host, version) not in self.versions_told and len(self.versions_told) < 1024:
             self.versions_told.add((host, version))
             yield HostFact("versions.nccl", version, host=host)
-
-    # -- findings become events -----------------------------------------------------------------------------

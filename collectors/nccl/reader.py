@@ -48,6 +48,7 @@ def _nccl_headers(text: str) -> list[re.Match[str]]:
 _DATED = lazy_regex(rb"\s*(?:\[?\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d|\[?[EWIFD]\d{4} \d\d:\d\d:\d\d)")
 """A line that starts with its own time: the skipped lines before it need not be searched for one, its
 own stamp supersedes theirs (unless undated events are still waiting for the first time in the file)."""
+
 _BLOCK = 4 << 20
 _MAX_TEXT = 8192
 
@@ -126,7 +127,7 @@ class Reader(TimeLines, InitLines, FindingEvents):
             pos, lineno = stop + 1, lineno + 1
         return pos
 
-    # -- time of the lines in between ---------------------------------------------------------------------------
+    # -- one line ----------------------------------------------------------------------------------------------
 
     def _line(self, lineno: int, raw: bytes) -> Iterator[Row]:
         if len(raw) > MAX_LINE_BYTES:

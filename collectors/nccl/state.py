@@ -81,5 +81,3 @@ class ReaderState:
         self.step_stride: dict[tuple[int | None, Any], list[int]] = {}
         self.sole: tuple[int, int | None] = (0, None)
         self.places = LauncherPlaces(ctx.host, ctx.source_name)
-
-    # -- the block loop ---------------------------------------------------------------------------------------

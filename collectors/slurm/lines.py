@@ -29,7 +29,6 @@ class LineState:
         self.ended: set[str] = set()
         self.job_nodes: dict[str, str] = {}
 
-
     # -- undated events wait for the next dated line of the same file
     def _dated(self, rows: list[Row]) -> Iterator[Row]:
         dated = next((r.ts for r in rows if isinstance(r, Event) and r.ts is not None and not r.ts_approx), None)
@@ -54,7 +53,7 @@ class LineState:
             yield event
         self.pending = []
 
-    # -- key=value records: scontrol show job/node (one line or many), jobcomp/filetxt
+    # -- the moment a snapshot was taken
     def _snapshot(self) -> datetime | None:
         return self.snapshot or self.ctx.mtime
 

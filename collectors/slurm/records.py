@@ -61,7 +61,6 @@ class RecordLines(LineState):
         if not any(k in kv for k in ("PartitionName", "ReservationName", "Cluster", "SLURM_VERSION")):
             yield Skipped(first, "key=value record that is neither a job nor a node")
 
-    # -- tables
 
 def _kv(text: str) -> dict[str, str]:
     """``Key=value Key2=value with spaces`` -> dict; a value runs until the next `` Key=``."""

@@ -58,4 +58,3 @@ def parse(kind: str, stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
         yield Skipped(None, f"storage collector cannot parse kind {kind}")
         return
     yield from parser(stream, ctx)
-
