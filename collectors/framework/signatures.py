@@ -20,11 +20,12 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache, lru_cache
+from functools import cache, cached_property, lru_cache
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from collectors.base import LAYERS, SEVERITIES, Event, normalize_pci
+from collectors.catalog.parsed import parsed_yaml
 from collectors.framework.framing import Framed, frame_lines, parse_iso, peel
 
 CATALOG = Path(__file__).resolve().parents[1] / "catalog" / "signatures"
@@ -152,13 +153,10 @@ def _short_name(name: str) -> str:
 @cache
 def code_table(name: str) -> CodeTable:
     """The code table collectors/catalog/<name>.yaml, read once per process."""
-    import yaml
-
     path = CATALOG.parent / f"{name}.yaml"
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or not path.is_file():
         raise SignatureError(f"table {name!r}: no collectors/catalog/{name}.yaml")
-    return CodeTable(name, yaml.load(path.read_text(encoding="utf-8"),
-                                     Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+    return CodeTable(name, parsed_yaml([path], lambda docs: CodeTable(name, docs[0]))[0])
 
 
 @dataclass(frozen=True)
@@ -179,9 +177,11 @@ class Signature:
     severity: str
     cause: str | None
     anchors: tuple[str, ...]
-    regex: re.Pattern[str]
-    also: tuple[re.Pattern[str], ...]
-    """further regexes whose named groups add attrs when they match"""
+    pattern: str
+    """the regex's text; compiled on first use (:attr:`regex`): a run compiles only the signatures
+    whose anchors its lines hold, not the whole catalog"""
+    also_patterns: tuple[str, ...]
+    """further regexes whose named groups add attrs when they match (:attr:`also`)"""
     severity_when: dict[str, dict[str, str]]
     """attr -> {value: severity}: a UE is critical where a CE is a warning"""
     attrs: dict[str, Any]
@@ -190,9 +190,10 @@ class Signature:
     """named groups that are numbers: int, float, hex, or size (``3.00 GiB``, adds ``<name>_mib``)"""
     parsed_as: tuple[str, ...]
     """kinds a format parser may already have written for the same line (then this one is not written)"""
-    lists: dict[str, re.Pattern[str]]
-    """attr -> regex with one group: the attr is every match of the group in the line (and its continuation)"""
-    continues: re.Pattern[str] | None
+    list_patterns: dict[str, str]
+    """attr -> regex with one group: the attr is every match of the group in the line (and its
+    continuation) (:attr:`lists`)"""
+    continues_pattern: str | None
     """lines after the matched one that belong to it (NCCL prints its interface list one per line)"""
     samples: tuple[Sample, ...]
     meaning: str = ""
@@ -202,6 +203,22 @@ class Signature:
     """why this message alone does not rank its cause first (empty: it does, and a test holds it to that)"""
     table: CodeTable | None = None
     """the error-code table a match is resolved through (name, code, message, meaning, cause)"""
+
+    @cached_property
+    def regex(self) -> re.Pattern[str]:
+        return re.compile(self.pattern)
+
+    @cached_property
+    def also(self) -> tuple[re.Pattern[str], ...]:
+        return tuple(re.compile(p) for p in self.also_patterns)
+
+    @cached_property
+    def lists(self) -> dict[str, re.Pattern[str]]:
+        return {name: re.compile(p) for name, p in self.list_patterns.items()}
+
+    @cached_property
+    def continues(self) -> re.Pattern[str] | None:
+        return re.compile(self.continues_pattern) if self.continues_pattern else None
 
     def match(self, body: str) -> dict[str, Any] | None:
         """The attrs of a match on a line's body, or None."""
@@ -258,13 +275,19 @@ def load_signatures(path: Path = CATALOG) -> tuple[Signature, ...]:
     """Every signature of the catalog (a folder of family files, or one file), validated and in the
     order lines are matched: (precedence, family, position in its file). Raises SignatureError naming
     the bad entry."""
-    import yaml  # deferred: capture on a bare node never reads the catalog
-
     files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+    if not files:
+        raise SignatureError(f"{path}: no signature files")
+    # The parsed files are kept (collectors/catalog/parsed.py) only once they passed _signatures with
+    # every regex compiled; from the kept copy the regexes compile on first use.
+    docs = parsed_yaml(files, lambda docs: _signatures(files, docs, compile_now=True))
+    return _signatures(files, docs, compile_now=False)
+
+
+def _signatures(files: list[Path], docs: list[Any], *, compile_now: bool) -> tuple[Signature, ...]:
     ranked: list[tuple[int, str, int, Signature]] = []
     seen: dict[str, str] = {}
-    for file in files:
-        doc = yaml.load(file.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    for file, doc in zip(files, docs, strict=True):
         entries = doc.get("signatures") if isinstance(doc, dict) else None
         if not isinstance(entries, list) or not entries:
             raise SignatureError(f"{file.name}: a top-level 'signatures' list is required")
@@ -273,7 +296,7 @@ def load_signatures(path: Path = CATALOG) -> tuple[Signature, ...]:
         if not isinstance(precedence, int) or family != file.stem:
             raise SignatureError(f"{file.name}: 'family' must be the file's name and 'precedence' a whole number")
         for i, entry in enumerate(entries):
-            sig = _signature(entry, f"{file.name} entry {i + 1}", family)
+            sig = _signature(entry, f"{file.name} entry {i + 1}", family, compile_now=compile_now)
             if sig.id in seen:
                 raise SignatureError(f"{file.name}: signature id {sig.id!r} is also given in {seen[sig.id]}")
             seen[sig.id] = file.name
@@ -281,12 +304,13 @@ def load_signatures(path: Path = CATALOG) -> tuple[Signature, ...]:
             if not isinstance(own, int):
                 raise SignatureError(f"{file.name} ({sig.id}): 'precedence' must be a whole number")
             ranked.append((own, family, i, sig))
-    if not ranked:
-        raise SignatureError(f"{path}: no signature files")
     return tuple(sig for *_, sig in sorted(ranked, key=lambda r: r[:3]))
 
 
-def _signature(entry: Any, where: str, family: str = "") -> Signature:
+def _signature(entry: Any, where: str, family: str = "", *, compile_now: bool = True) -> Signature:
+    """One entry, checked; with ``compile_now`` (a catalog file just parsed) its regexes are compiled
+    and what depends on their groups is checked too, else (the same file, checked before) they compile
+    on first use."""
     if not isinstance(entry, dict):
         raise SignatureError(f"{where}: a mapping is required")
     where = f"{where} ({entry.get('id', '?')})"
@@ -300,31 +324,36 @@ def _signature(entry: Any, where: str, family: str = "") -> Signature:
         raise SignatureError(f"{where}: layer {entry['layer']!r} is not one of {', '.join(LAYERS)}")
     if entry["severity"] not in SEVERITIES:
         raise SignatureError(f"{where}: severity {entry['severity']!r} is not one of {', '.join(SEVERITIES)}")
-    try:
-        regex = re.compile(entry["regex"])
-        also = tuple(re.compile(r) for r in entry.get("also") or ())
-    except (re.error, TypeError) as exc:
-        raise SignatureError(f"{where}: regex does not compile: {exc}") from None
-    groups = set(regex.groupindex).union(*(a.groupindex for a in also))
+    groups: set[str] | None = None
+    if compile_now:
+        try:
+            regex = re.compile(entry["regex"])
+            also = tuple(re.compile(r) for r in entry.get("also") or ())
+        except (re.error, TypeError) as exc:
+            raise SignatureError(f"{where}: regex does not compile: {exc}") from None
+        groups = set(regex.groupindex).union(*(a.groupindex for a in also))
     severity_when = entry.get("severity_when") or {}
     if not isinstance(severity_when, dict) or any(
-            k not in groups or not isinstance(v, dict) or not set(map(str, v.values())) <= set(SEVERITIES)
+            (groups is not None and k not in groups) or not isinstance(v, dict)
+            or not set(map(str, v.values())) <= set(SEVERITIES)
             for k, v in severity_when.items()):
         raise SignatureError(f"{where}: severity_when must map a group of the regex to {{value: severity}}")
     anchors = entry.get("anchors")
     if not isinstance(anchors, list) or not anchors or not all(isinstance(a, str) and len(a) >= 3 for a in anchors):
         raise SignatureError(f"{where}: 'anchors' must list literal texts of 3 characters or more")
     types = entry.get("types") or {}
-    bad = {k: v for k, v in types.items() if v not in TYPES or k not in groups}
+    bad = {k: v for k, v in types.items() if v not in TYPES or (groups is not None and k not in groups)}
     if bad:
         raise SignatureError(f"{where}: types {bad} name no group of the regex or no type of {', '.join(TYPES)}")
-    try:
-        lists = {str(k): re.compile(v) for k, v in (entry.get("lists") or {}).items()}
-        continues = re.compile(entry["continues"]) if entry.get("continues") else None
-    except (re.error, TypeError) as exc:
-        raise SignatureError(f"{where}: lists/continues regex does not compile: {exc}") from None
-    if any(r.groups != 1 for r in lists.values()):
-        raise SignatureError(f"{where}: each 'lists' regex needs exactly one group")
+    lists = {str(k): v for k, v in (entry.get("lists") or {}).items()}
+    if compile_now:
+        try:
+            if any(re.compile(v).groups != 1 for v in lists.values()):
+                raise SignatureError(f"{where}: each 'lists' regex needs exactly one group")
+            if entry.get("continues"):
+                re.compile(entry["continues"])
+        except (re.error, TypeError) as exc:
+            raise SignatureError(f"{where}: lists/continues regex does not compile: {exc}") from None
     samples = entry.get("samples")
     if not isinstance(samples, list) or len(samples) < MIN_SAMPLES:
         raise SignatureError(f"{where}: at least {MIN_SAMPLES} real sample lines with their source are required")
@@ -339,9 +368,11 @@ def _signature(entry: Any, where: str, family: str = "") -> Signature:
             raise SignatureError(f"{where}: each sample needs 'line' and 'source' (a URL or a tests/ path)")
         parsed.append(Sample(sample["line"], sample["source"], bool(sample.get("filled"))))
     return Signature(id=entry["id"], kind=entry["kind"], layer=entry["layer"], severity=entry["severity"],
-                     cause=entry.get("cause"), anchors=tuple(anchors), regex=regex, also=also,
+                     cause=entry.get("cause"), anchors=tuple(anchors), pattern=entry["regex"],
+                     also_patterns=tuple(entry.get("also") or ()),
                      severity_when={k: {str(a): str(b) for a, b in v.items()} for k, v in severity_when.items()},
-                     attrs=dict(entry.get("attrs") or {}), lists=lists, continues=continues,
+                     attrs=dict(entry.get("attrs") or {}), list_patterns=lists,
+                     continues_pattern=entry.get("continues") or None,
                      types=dict(types), parsed_as=tuple(entry.get("parsed_as") or ()), samples=tuple(parsed),
                      meaning=str(entry.get("meaning") or ""), family=family,
                      not_alone=str(entry.get("not_alone") or ""), table=table)

@@ -136,8 +136,9 @@ def _recognised(stream_factory: Callable[[], BinaryIO], ctx: ParseContext, parse
     parser already wrote the same kind for is not written again."""
     try:
         with stream_factory() as stream:
-            if b"\x00" in stream.read(8192):
-                return  # binary (a core file, an image): no lines of text to recognise
+            head = stream.read(8192)
+            if not head or b"\x00" in head:
+                return  # empty, or binary (a core file, an image): no lines of text to recognise
             stream.seek(0)
             for event in signature_catalog().scan(stream, reference=ctx.reference_for(host),
                                                   boot=ctx.boot_time_for(host), parsed=parsed):
@@ -154,7 +155,8 @@ def _unrecognised(stream_factory: Callable[[], BinaryIO], ctx: ParseContext, par
     ``unrecognised_error`` events (collectors/framework/unrecognised.py): nothing unheard-of is silent."""
     try:
         with stream_factory() as stream:
-            if b"\x00" in stream.read(8192):
+            head = stream.read(8192)
+            if not head or b"\x00" in head:
                 return
             stream.seek(0)
             for event in unrecognised.scan(stream, known=parsed, collector=source_name,
