@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any, BinaryIO
 
 from collectors.base import Event, HostFact, ParseContext, Row, Skipped
-from collectors.framework.framing import parse_iso
+from collectors.framework.framing.times import parse_iso
 from collectors.framework.lazy_re import lazy_regex
 
 NAME = "container_toolkit"
@@ -90,7 +90,7 @@ def sniff(name: str, head: str) -> dict[str, int]:
 
 
 def parse(kind: str, stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
-    from collectors.framework.framing import Framed, peel
+    from collectors.framework.framing.wrappers import Framed, peel
     from collectors.framework.signatures import catalog, event_of
 
     signatures = catalog()

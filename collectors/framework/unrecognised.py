@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from collectors.base import LAYERS, Event
-from collectors.framework.framing import peel
+from collectors.framework.framing.wrappers import peel
 from collectors.framework.lazy_re import lazy_regex
 
 BLOCK_BYTES = 4 << 20

@@ -172,7 +172,7 @@ def _unwrapped(stream_factory: Callable[[], BinaryIO], reference: datetime | Non
     """The artifact's lines with their wrappers peeled, one line out per line in (so line numbers still
     point into the stored bytes), spooled to disk past 64 MiB."""
     from collectors.base import iter_lines
-    from collectors.framework.framing import unframed_lines
+    from collectors.framework.framing.unframe import unframed_lines
 
     out = tempfile.SpooledTemporaryFile(max_size=64 << 20)
     with stream_factory() as stream:
