@@ -165,7 +165,7 @@ def breakdown(log: Path, tmp: Path) -> list[tuple[str, float, int | None, str]]:
 
 def nccl_rows(tmp: Path, size_mb: int) -> tuple[float, list[tuple[str, float, int | None, str]]]:
     """gpuwb ingest, grep and sha256sum over 512 per-rank NCCL logs of ``size_mb`` MiB in all."""
-    from collectors.nccl import GREP_PATTERN
+    from collectors.nccl.prefilter import GREP_PATTERN
     from tests.data.nccl_multirank import write_job
 
     logs = tmp / "nccl"
