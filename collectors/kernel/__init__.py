@@ -10,7 +10,7 @@ is counted twice.
 Parsing is built for multi-GB logs: the bytes are scanned in 4 MiB blocks by a prefilter (one RE2
 pass for the keywords' short windows, or numpy compares for a few rare anchor bytes then an 8-byte window
 check around each anchor), so only lines that can be events reach the per-line regexes of
-collectors/framework/kernel_lines.py. The RE2 pass also narrows the keywords a busy Kubernetes node prints on
+collectors/framework/kernel_lines/. The RE2 pass also narrows the keywords a busy Kubernetes node prints on
 most lines (NARROWED), so a chatty log costs about what a quiet one does. A block's newlines are counted
 by one numpy compare, in stretches that end at the candidate lines, which are located by offset: no line
 that cannot be an event is ever split out, decoded or indexed. A regular file is scanned through a map of
@@ -23,7 +23,7 @@ The package, one module per step:
     sniffing.py     which kernel-log style a file is written in (the artifact's kind)
     blocks.py       the bytes as blocks that end at a line boundary, read or mapped
     prefilter.py    the candidate lines of a block (RE2 windows, or numpy anchor-byte compares)
-    log_parser.py   candidate lines -> records -> rows (collectors/framework/kernel_lines.py) and signatures
+    log_parser.py   candidate lines -> records -> rows (collectors/framework/kernel_lines/) and signatures
 """
 
 from __future__ import annotations

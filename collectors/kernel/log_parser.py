@@ -1,6 +1,6 @@
 """The parse of one kernel-log artifact: the candidate lines of each block (collectors/kernel/prefilter.py)
 become records (indented continuation lines joined on, a time from a neighbour line where a line has none)
-that collectors/framework/kernel_lines.py classifies; the signature catalog runs on the same lines."""
+that collectors/framework/kernel_lines/ classifies; the signature catalog runs on the same lines."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ at ingest) into:
   the NET/IB devices and bootstrap interface), mapping rank <-> host <-> cudaDev <-> PCI bus id;
 - events (kinds and attrs in collectors/catalog/events.yaml) from NCCL's WARN lines and error-propagation
   chains, and from the
-  PyTorch / torchrun / trainer lines that ``collectors/framework/torch_dist.py`` reads;
+  PyTorch / torchrun / trainer lines that ``collectors/framework/torch_dist/`` reads;
 - a ``versions.nccl`` host fact per host.
 
 Lines come with or without torchrun/mpirun/srun prefixes (``[rank3]:``, ``[default0]:``,
