@@ -26,7 +26,8 @@ from workbench import __version__
 from workbench.postmortem.svg import Lane, Mark, line_chart, swimlane
 from workbench.query import events as query
 from workbench.store import journal
-from workbench.store.bundle import Bundle, BundleDamaged, utc_naive
+from workbench.store.bundle import Bundle, BundleDamaged
+from workbench.store.row_columns import utc_naive
 from workbench.times import iso, parse_iso
 
 FORMATS = ("md", "html", "json")
