@@ -146,7 +146,8 @@ def latency_curve(bundle: Bundle) -> dict[str, Any] | None:
 
 def _error_count(bundle: Bundle, start: datetime | None, end: datetime | None) -> int | None:
     """Failed requests in the window: increases of failure counters, counter resets handled."""
-    from workbench.query.series import counter_deltas, load_rows
+    from workbench.query.series_math import counter_deltas
+    from workbench.query.series_table import load_rows
 
     groups: dict[tuple[str | None, str], list[tuple[datetime, float]]] = {}
     for ts, host, name, labels, value in load_rows(bundle.con, ["request_failure"]):
