@@ -22,7 +22,8 @@ from datetime import datetime
 from typing import Any, BinaryIO
 
 from collectors.base import Event, HostFact, ParseContext, Row, Skipped
-from collectors.framework.framing import parse_iso
+from collectors.framework.framing.times import parse_iso
+from collectors.framework.lazy_re import lazy_regex
 
 NAME = "container_toolkit"
 LAYER = "gpu"
@@ -44,21 +45,21 @@ _GLOG = re.compile(r"^(?P<level>[IWEF])(?P<mm>\d\d)(?P<dd>\d\d) (?P<clock>\d\d:\
 _LEVELS = {"I": "info", "W": "warning", "E": "error", "F": "fatal", "INFO": "info", "WARN": "warning",
            "ERRO": "error", "FATA": "fatal", "PANI": "panic", "DEBU": "debug", "TRAC": "trace",
            "warn": "warning", "warning": "warning", "error": "error", "fatal": "fatal", "panic": "panic"}
-_FAMILIES: tuple[tuple[str, re.Pattern[str], str | None], ...] = (
-    ("requirement", re.compile(r"unsatisfied condition|requirements? not met|\bnot met\b", re.I),
+_FAMILIES: tuple[tuple[str, Any, str | None], ...] = (
+    ("requirement", lazy_regex(r"unsatisfied condition|requirements? not met|\bnot met\b", re.I),
      "driver_stack_mismatch"),
-    ("requirement_syntax", re.compile(r"invalid (?:constraint|operator|value|version string)|invailid value", re.I),
+    ("requirement_syntax", lazy_regex(r"invalid (?:constraint|operator|value|version string)|invailid value", re.I),
      None),
-    ("driver_discovery", re.compile(r"locat|lookup|not found|missing|symlink|soname|driver version|cuda version"
+    ("driver_discovery", lazy_regex(r"locat|lookup|not found|missing|symlink|soname|driver version|cuda version"
                                     r"|compute capability|driver root|libnvidia|libcuda|firmware|ldcache|ldconfig"
                                     r"|search path|librar|discover|mount|\bcsv\b|wildcard|environment variables"
                                     r"|container edits|compat", re.I), "gpu_runtime_misconfigured"),
-    ("cdi", re.compile(r"\bcdi\b|container device interface", re.I), "gpu_runtime_misconfigured"),
-    ("devices", re.compile(r"device|\bmig\b|capabilit|imex|nvidia-caps|/dev/|\bgpus?\b", re.I),
+    ("cdi", lazy_regex(r"\bcdi\b|container device interface", re.I), "gpu_runtime_misconfigured"),
+    ("devices", lazy_regex(r"device|\bmig\b|capabilit|imex|nvidia-caps|/dev/|\bgpus?\b", re.I),
      "gpu_runtime_misconfigured"),
-    ("config", re.compile(r"config|log.?level|\bmode\b|option|flag|toml|\blog\b|logger|log file"
+    ("config", lazy_regex(r"config|log.?level|\bmode\b|option|flag|toml|\blog\b|logger|log file"
                           r"|must be specified", re.I), "gpu_runtime_misconfigured"),
-    ("oci", re.compile(r"\boci\b|\bspec\b|specification|bundle|runtime|\bexec|hook|container state|modif|path"
+    ("oci", lazy_regex(r"\boci\b|\bspec\b|specification|bundle|runtime|\bexec|hook|container state|modif|path"
                        r"|open file", re.I), "gpu_runtime_misconfigured"),
 )
 """What an error of the toolkit's own log is about, by the words of its message chain, and the cause an
@@ -68,11 +69,11 @@ its GPUs, except an image's requirement the host driver does not meet. A warning
 _SEVERITY = {"warning": "warning", "error": "error", "fatal": "critical", "panic": "critical"}
 """Levels at which a line of the toolkit's own log is an event even when no signature knows it."""
 _VERSIONS = (
-    (re.compile(r"initializing library context \(version=(?P<v>[\w.~+-]+)"), "nvidia_container_cli"),
-    (re.compile(r"^cli-version: (?P<v>[\w.~+-]+)"), "nvidia_container_cli"),
-    (re.compile(r"NVIDIA Container Runtime version (?P<v>[\w.~+-]+)"), "nvidia_container_runtime"),
-    (re.compile(r"NVIDIA Container Toolkit CLI version (?P<v>[\w.~+-]+)"), "nvidia_ctk"),
-    (re.compile(r"NVIDIA Container Runtime Hook version (?P<v>[\w.~+-]+)"), "nvidia_container_runtime_hook"),
+    (lazy_regex(r"initializing library context \(version=(?P<v>[\w.~+-]+)"), "nvidia_container_cli"),
+    (lazy_regex(r"^cli-version: (?P<v>[\w.~+-]+)"), "nvidia_container_cli"),
+    (lazy_regex(r"NVIDIA Container Runtime version (?P<v>[\w.~+-]+)"), "nvidia_container_runtime"),
+    (lazy_regex(r"NVIDIA Container Toolkit CLI version (?P<v>[\w.~+-]+)"), "nvidia_ctk"),
+    (lazy_regex(r"NVIDIA Container Runtime Hook version (?P<v>[\w.~+-]+)"), "nvidia_container_runtime_hook"),
 )
 
 
@@ -89,7 +90,7 @@ def sniff(name: str, head: str) -> dict[str, int]:
 
 
 def parse(kind: str, stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
-    from collectors.framework.framing import Framed, peel
+    from collectors.framework.framing.wrappers import Framed, peel
     from collectors.framework.signatures import catalog, event_of
 
     signatures = catalog()

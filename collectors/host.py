@@ -15,14 +15,12 @@ import socket
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import BinaryIO
 
 from collectors.base import Artifact, CaptureContext, HostFact, ParseContext, Row, Skipped
 from collectors.framework.json_items import decoded
 from collectors.framework.lazy_re import lazy_regex
-from collectors.framework.redact import redact_env
 
 NAME = "host"
 LAYER = "hardware"
@@ -83,12 +81,16 @@ def host_facts() -> dict:
             break
     for lib in Path("/usr/lib/x86_64-linux-gnu").glob("libnccl.so.*.*"):
         versions["nccl"] = lib.name.removeprefix("libnccl.so.")
+    from importlib import metadata  # deferred: a capture reads versions, an ingest never does
+
     for package in PACKAGES:
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             continue
     facts["versions"] = versions
+    from collectors.framework.redact import redact_env  # deferred: its rules compile for capture, not ingest
+
     facts["env"] = redact_env(dict(os.environ))
     facts["cmdline"] = (_read("/proc/cmdline") or "").strip()
     facts["timezone"] = time.strftime("%Z")

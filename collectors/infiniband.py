@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from collectors.base import Artifact, CaptureContext, Event, HostFact, ParseContext, Row, SeriesPoint, Skipped
-from collectors.framework.framing import parse_iso
+from collectors.framework.framing.times import parse_iso
 from collectors.framework.lazy_re import lazy_regex
 
 NAME = "infiniband"

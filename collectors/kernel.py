@@ -268,9 +268,16 @@ KEYWORDS = (b"NVRM", b"SXid", b"AER:", b"PCIe Bus Error", b"DPC: containment", b
             b"Device isn't ready", b"Reset indication", b"Admin queue is closed",
             b"Wait for completion (polling)", b"Kill process", b"Abort status: ", b"controller is down",
             b"after probe failure", b"Device not ready", b"Detected IO errors", b"blocks, I/O Error",
-            b"has been shut down", *(w.encode() for w in NV_BARE))
+            b"has been shut down", b"Operation continuing on", b"detected when updating journal",
+            b"Delayed block allocation", b"Data will be lost", b"critical medium error", b"critical target error",
+            b"timeout, disable controller", b"state error detected",
+            b"kthread starved", b"OOM is now expected", b"no killable processes", b"oom_reaper: ",
+            b"Card not present", b"ms after FLR", b"ms after bus reset", b"ms after DPC", b"; giving up",
+            *(w.encode() for w in NV_BARE))
 """Literals a line must hold to be looked at by the per-line parser; every handler of
-collectors/framework/kernel_lines.py is reachable through at least one of them."""
+collectors/framework/kernel_lines.py, and every sample of the signature catalog's kernel families (which run
+on these candidate lines only: tests/collectors/test_kernel_signature_reach.py), is reachable through at
+least one of them."""
 NARROWED = (b"mlx5_", b"nvidia", b"link becomes ready", b"link is not ready")
 """Keywords that most lines of a busy Kubernetes GPU node hold without being evidence (the mlx5 firmware
 tracer, nvidia-uvm loading per container, veth pairs becoming ready per pod): the RE2 pass keeps such a

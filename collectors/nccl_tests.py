@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from collectors.base import Event, ParseContext, Row, Skipped
-from collectors.framework import torch_dist
 from collectors.framework.lazy_re import lazy_regex
+from collectors.framework.torch_dist.nccl_errors import NCCL_RESULTS, NETWORK_RESULTS, nccl_result_from_text
 
 NAME = "nccl_tests"
 LAYER = "network_storage"
@@ -130,11 +130,11 @@ def _failure(m: re.Match[str], n: int, ctx: ParseContext) -> Event:
         if "out of memory" in error.lower():
             attrs["oom"] = True
     else:
-        code = torch_dist.nccl_result_from_text(error)
-        kind = "nccl_net_error" if code is None or code in torch_dist.NETWORK_RESULTS else "nccl_error"
+        code = nccl_result_from_text(error)
+        kind = "nccl_net_error" if code is None or code in NETWORK_RESULTS else "nccl_error"
         layer = "network_storage" if kind == "nccl_net_error" else "gpu"
         attrs = {"error": error, "where": m.group("where"), "nccl_result": code,
-                 "nccl_error": torch_dist.NCCL_RESULTS.get(code) if code is not None else None}
+                 "nccl_error": NCCL_RESULTS.get(code) if code is not None else None}
         if last:
             attrs["last_error"] = last
             if (said := meaning_of(last)) is not None:

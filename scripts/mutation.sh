@@ -36,7 +36,8 @@ MODULES=(
     "chunks|workbench/store/chunks.py|tests/workbench/store/test_guarantees_seal.py tests/workbench/store/test_bundle.py|*x__pack* *x_unpack*"
     "redact|collectors/framework/redact.py|tests/test_security.py tests/workbench/test_guarantees_redaction.py tests/workbench/test_guarantees_redaction_units.py|"
     "query|workbench/query/events.py|tests/workbench/query/test_guarantees_timeline_order.py tests/workbench/query/test_query_paging.py tests/workbench/query/test_timeline_filter.py|*EventFilter* *x_events__* *x_iter_events* *x_page* *x_cursor_at* *x_seek* *x_position* *x__exists* *x_event_json* *x__row*"
-    "kernel_lines|collectors/framework/kernel_lines.py|tests/collectors/test_guarantees_kernel_timeline.py tests/collectors/test_kernel.py|*Classifierǁ_xid* *Classifierǁ_nvrm* *Classifierǁ_new_fall* *Classifierǁhandle*"
+    "kernel_lines|collectors/framework/kernel_lines/nvidia.py|tests/collectors/test_guarantees_kernel_timeline.py tests/collectors/test_kernel.py|*NvidiaLinesǁ_xid* *NvidiaLinesǁ_nvrm* *NvidiaLinesǁ_new_fall*"
+    "kernel_dispatch|collectors/framework/kernel_lines/__init__.py|tests/collectors/test_guarantees_kernel_timeline.py tests/collectors/test_kernel.py|*Classifierǁhandle*"
     "hypotheses|workbench/analysis/hypotheses.py|tests/workbench/analysis/test_analysis.py tests/workbench/analysis/test_thin_evidence.py|"
 )
 

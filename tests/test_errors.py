@@ -16,7 +16,7 @@ from workbench.analysis.playbook import PlaybookError
 from workbench.cli import EX_SOFTWARE
 from workbench.demo import DemoError
 from workbench.errors import GpuwbError, InputError, UsageError
-from workbench.ingest.session import IngestError
+from workbench.ingest.inputs import IngestError
 from workbench.store.bundle import BundleError
 from workbench.timespec import parse_duration, parse_instant, parse_since
 

@@ -9,9 +9,7 @@ command with exit 130; SIGTERM and SIGHUP are handled the same way and end it wi
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
-import pkgutil
 import signal
 import sys
 import tempfile
@@ -20,7 +18,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-import workbench.commands
+from collectors.framework.plugins import discover
 from workbench import __version__
 from workbench.errors import GpuwbError, Terminated, as_interrupt, on_signal
 from workbench.table import printable
@@ -38,15 +36,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _commands(only: str | None = None) -> list:
-    found = []
-    for info in pkgutil.iter_modules(workbench.commands.__path__):
-        if info.name.startswith("_"):  # helpers of the commands (argparse types), not commands
-            continue
-        if only is not None and info.name != only:
-            continue
-        module = importlib.import_module(f"workbench.commands.{info.name}")
-        if hasattr(module, "NAME"):
-            found.append(module)
+    """Every module of :mod:`workbench.commands` that declares NAME (``_`` modules are the commands' helpers),
+    or with ``only`` the module of that name alone, in COMMAND_ORDER then by NAME."""
+    found = discover("workbench.commands", attr="NAME", kind=str, requires=("HELP", "add_arguments", "run"),
+                     only=only)
     rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
     return sorted(found, key=lambda m: (rank.get(m.NAME, 99), m.NAME))
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from collectors.base import Topology
 from collectors.framework.lazy_re import lazy_regex
-from collectors.framework.torch_dist import Continuation, Finding
+from collectors.framework.torch_dist.finding import Continuation, Finding
 
 MAX_RANKS = 65536
 _JOB_IN_NAME = lazy_regex(r"(?:slurm|job)[-_.]?(?P<job>\d{2,})")

@@ -13,8 +13,6 @@ It lives with the parsers that tag samples (collectors/prometheus.py, collectors
 
 from __future__ import annotations
 
-import re
-
 from collectors.framework.lazy_re import lazy_regex
 
 SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
@@ -115,18 +113,18 @@ IDENTITY_LABELS = ("instance", "pod", "namespace", "job", "model_name", "model",
 summed over when a signal is built."""
 
 _WORDS = (  # free-form column and summary names (CSV, benchmark output): first match wins
-    (re.compile(r"ttft|time.to.first|first.token|first_response"), "ttft"),
-    (re.compile(r"tpot|itl\b|itl_|inter.token|time.per.output|per.token"), "tpot"),
-    (re.compile(r"e2e|end.to.end|request.latency|request_duration|latency"), "e2e_latency"),
-    (re.compile(r"queue.(?:time|duration|wait)"), "queue_time"),
-    (re.compile(r"queue|waiting|pending"), "queue_depth"),
-    (re.compile(r"kv.?cache|cache.usage|token.usage"), "kv_cache_usage"),
-    (re.compile(r"running"), "requests_running"),
-    (re.compile(r"preempt"), "preemptions"),
-    (re.compile(r"(?:error|fail\w*).?(?:rate|ratio)"), "error_rate"),
-    (re.compile(r"(?:fail|error)"), "request_failure"),
-    (re.compile(r"(?:output|generat\w*).?(?:token.)?throughput|gen.throughput"), "gen_throughput"),
-    (re.compile(r"request.(?:throughput|rate)|req.?/s|rps|qps"), "request_rate"),
+    (lazy_regex(r"ttft|time.to.first|first.token|first_response"), "ttft"),
+    (lazy_regex(r"tpot|itl\b|itl_|inter.token|time.per.output|per.token"), "tpot"),
+    (lazy_regex(r"e2e|end.to.end|request.latency|request_duration|latency"), "e2e_latency"),
+    (lazy_regex(r"queue.(?:time|duration|wait)"), "queue_time"),
+    (lazy_regex(r"queue|waiting|pending"), "queue_depth"),
+    (lazy_regex(r"kv.?cache|cache.usage|token.usage"), "kv_cache_usage"),
+    (lazy_regex(r"running"), "requests_running"),
+    (lazy_regex(r"preempt"), "preemptions"),
+    (lazy_regex(r"(?:error|fail\w*).?(?:rate|ratio)"), "error_rate"),
+    (lazy_regex(r"(?:fail|error)"), "request_failure"),
+    (lazy_regex(r"(?:output|generat\w*).?(?:token.)?throughput|gen.throughput"), "gen_throughput"),
+    (lazy_regex(r"request.(?:throughput|rate)|req.?/s|rps|qps"), "request_rate"),
 )
 _QUANTILE_WORD = lazy_regex(r"(?:^|[^a-z0-9])p(\d{2,3}(?:\.\d+)?)(?:[^0-9]|$)")
 _STAT_WORD = lazy_regex(r"(?:^|[^a-z])(mean|avg|average|median|max|min|std)(?:[^a-z]|$)")

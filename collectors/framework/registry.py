@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
 from types import ModuleType
 from typing import Any
 
-import collectors
 from collectors.base import Artifact
+from collectors.framework.plugins import discover
 
-_NOT_COLLECTORS = {"base", "framework", "catalog"}
+_NOT_COLLECTORS = ("base", "framework", "catalog")
 
 
 @lru_cache(maxsize=1)
 def all_collectors() -> tuple[ModuleType, ...]:
-    """Every module of the ``collectors`` package that declares NAME, sorted by PRIORITY then NAME."""
-    found = []
-    for info in pkgutil.iter_modules(collectors.__path__):
-        if info.name in _NOT_COLLECTORS or info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"collectors.{info.name}")
-        if hasattr(module, "NAME"):
-            found.append(module)
+    """Every module or package of ``collectors`` that declares NAME (found by :func:`plugins.discover`: a
+    package's own modules are its parts, not collectors), sorted by PRIORITY then NAME."""
+    found = discover("collectors", attr="NAME", kind=str, exclude=_NOT_COLLECTORS)
     return tuple(sorted(found, key=lambda m: (getattr(m, "PRIORITY", 50), m.NAME)))
 
 

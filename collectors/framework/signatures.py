@@ -20,11 +20,13 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache, lru_cache
+from functools import cache, cached_property, lru_cache
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from collectors.base import LAYERS, SEVERITIES, Event, normalize_pci
+from collectors.catalog.parsed import parsed_yaml
+from collectors.framework.code_tables import CodeTable, CodeTableError, code_table
 from collectors.framework.framing import Framed, frame_lines, parse_iso, peel
 
 CATALOG = Path(__file__).resolve().parents[1] / "catalog" / "signatures"
@@ -56,112 +58,6 @@ class SignatureError(ValueError):
 
 
 @dataclass(frozen=True)
-class CodeEntry:
-    """One error code of a code table: its name, number, printed message and what it points to."""
-
-    api: str
-    name: str
-    code: int
-    message: str
-    severity: str
-    cause: str | None
-    attrs: dict[str, Any]
-    meaning: str
-
-
-class CodeTable:
-    """An error-code table (collectors/catalog/<name>.yaml, e.g. cuda_errors.yaml): one entry per code
-    of each api, so one signature knows every error of a library by its name, its message or its code
-    instead of one signature per error. A line is resolved by the name it prints, else by the message
-    its ``error`` group starts with, else by its ``code``; where runtime and driver share a message or
-    a number, the api whose ``hint`` the line matches (a driver call) wins, else the first api."""
-
-    def __init__(self, name: str, doc: Any) -> None:
-        apis = doc.get("apis") if isinstance(doc, dict) else None
-        if not isinstance(apis, dict) or not apis:
-            raise SignatureError(f"{name}.yaml: a top-level 'apis' mapping is required")
-        self.name = name
-        self.apis = list(apis)
-        self.hints: dict[str, re.Pattern[str]] = {}
-        self.by_name: dict[str, CodeEntry] = {}
-        self.by_short: dict[str, CodeEntry] = {}
-        self.by_code: dict[tuple[str, int], CodeEntry] = {}
-        self.by_message: dict[str, dict[str, CodeEntry]] = {}
-        for api, section in apis.items():
-            if not isinstance(section, dict) or not isinstance(section.get("errors"), list):
-                raise SignatureError(f"{name}.yaml: api {api!r} needs an 'errors' list")
-            if section.get("hint"):
-                self.hints[api] = re.compile(section["hint"])
-            for i, raw in enumerate(section["errors"]):
-                entry = self._entry(api, raw, f"{name}.yaml {api} entry {i + 1}")
-                for alias in [entry.name, *(raw.get("names") or ())]:
-                    self.by_name.setdefault(alias, entry)
-                    self.by_short.setdefault(_short_name(alias), entry)
-                self.by_code.setdefault((api, entry.code), entry)
-                for text in [entry.message, *(raw.get("aliases") or ())]:  # "toolchain." is also printed bare
-                    self.by_message.setdefault(text.lower().rstrip("."), {}).setdefault(api, entry)
-        self.by_first_word: dict[str, list[str]] = {}
-        """a message's first word -> the messages that start with it, longest first (one dict lookup
-        and a few startswith instead of one regex alternation of every message: ~1 us, not ~50)"""
-        for text in sorted(self.by_message, key=len, reverse=True):
-            self.by_first_word.setdefault(text.split(" ", 1)[0], []).append(text)
-
-    @staticmethod
-    def _entry(api: str, raw: Any, where: str) -> CodeEntry:
-        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or not isinstance(raw.get("code"), int) \
-                or not isinstance(raw.get("message"), str) or raw.get("severity") not in SEVERITIES:
-            raise SignatureError(f"{where}: name, code (a number), message and severity ({', '.join(SEVERITIES)}) "
-                                 "are required")
-        return CodeEntry(api=api, name=raw["name"], code=raw["code"], message=raw["message"],
-                         severity=raw["severity"], cause=raw.get("cause"), attrs=dict(raw.get("attrs") or {}),
-                         meaning=str(raw.get("meaning") or ""))
-
-    def resolve(self, attrs: dict[str, Any], body: str) -> CodeEntry | None:
-        """The entry a match names: by its ``name`` attr, else the message its ``error`` attr starts
-        with, else its ``code`` attr; None when the line names no code of the table."""
-        name = attrs.get("name")
-        if isinstance(name, str) and (entry := self.by_name.get(name) or self.by_short.get(_short_name(name))):
-            return entry
-        error = attrs.get("error")
-        if isinstance(error, str) and (by_api := self.message(error)):
-            return by_api.get(self._api(body)) if len(by_api) > 1 else next(iter(by_api.values()))
-        code = attrs.get("code")
-        return self.by_code.get((self._api(body), code)) if isinstance(code, int) else None
-
-    def causes(self) -> set[str]:
-        """Every cause an entry of the table points to."""
-        return {e.cause for e in self.by_name.values() if e.cause}
-
-    def message(self, text: str) -> dict[str, CodeEntry] | None:
-        """The entries (by api) whose message ``text`` starts with, as a whole word or phrase."""
-        low = text.strip().lower()
-        for known in self.by_first_word.get(low.split(" ", 1)[0], ()):
-            if low.startswith(known) and not low[len(known):len(known) + 1].isalpha():
-                return self.by_message[known]
-        return None
-
-    def _api(self, body: str) -> str:
-        return next((api for api, hint in self.hints.items() if hint.search(body)), self.apis[0])
-
-
-def _short_name(name: str) -> str:
-    """``CUDA_ERROR_LAUNCH_FAILED``, ``ERROR_LAUNCH_FAILED`` -> ``LAUNCH_FAILED`` (Julia drops the prefix)."""
-    return re.sub(r"^(?:CUDA_ERROR_|ERROR_|cudaError)", "", name)
-
-
-@cache
-def code_table(name: str) -> CodeTable:
-    """The code table collectors/catalog/<name>.yaml, read once per process."""
-    import yaml
-
-    path = CATALOG.parent / f"{name}.yaml"
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or not path.is_file():
-        raise SignatureError(f"table {name!r}: no collectors/catalog/{name}.yaml")
-    return CodeTable(name, yaml.load(path.read_text(encoding="utf-8"),
-                                     Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
-
-
-@dataclass(frozen=True)
 class Sample:
     line: str
     source: str
@@ -179,9 +75,11 @@ class Signature:
     severity: str
     cause: str | None
     anchors: tuple[str, ...]
-    regex: re.Pattern[str]
-    also: tuple[re.Pattern[str], ...]
-    """further regexes whose named groups add attrs when they match"""
+    pattern: str
+    """the regex's text; compiled on first use (:attr:`regex`): a run compiles only the signatures
+    whose anchors its lines hold, not the whole catalog"""
+    also_patterns: tuple[str, ...]
+    """further regexes whose named groups add attrs when they match (:attr:`also`)"""
     severity_when: dict[str, dict[str, str]]
     """attr -> {value: severity}: a UE is critical where a CE is a warning"""
     attrs: dict[str, Any]
@@ -190,9 +88,10 @@ class Signature:
     """named groups that are numbers: int, float, hex, or size (``3.00 GiB``, adds ``<name>_mib``)"""
     parsed_as: tuple[str, ...]
     """kinds a format parser may already have written for the same line (then this one is not written)"""
-    lists: dict[str, re.Pattern[str]]
-    """attr -> regex with one group: the attr is every match of the group in the line (and its continuation)"""
-    continues: re.Pattern[str] | None
+    list_patterns: dict[str, str]
+    """attr -> regex with one group: the attr is every match of the group in the line (and its
+    continuation) (:attr:`lists`)"""
+    continues_pattern: str | None
     """lines after the matched one that belong to it (NCCL prints its interface list one per line)"""
     samples: tuple[Sample, ...]
     meaning: str = ""
@@ -202,6 +101,22 @@ class Signature:
     """why this message alone does not rank its cause first (empty: it does, and a test holds it to that)"""
     table: CodeTable | None = None
     """the error-code table a match is resolved through (name, code, message, meaning, cause)"""
+
+    @cached_property
+    def regex(self) -> re.Pattern[str]:
+        return re.compile(self.pattern)
+
+    @cached_property
+    def also(self) -> tuple[re.Pattern[str], ...]:
+        return tuple(re.compile(p) for p in self.also_patterns)
+
+    @cached_property
+    def lists(self) -> dict[str, re.Pattern[str]]:
+        return {name: re.compile(p) for name, p in self.list_patterns.items()}
+
+    @cached_property
+    def continues(self) -> re.Pattern[str] | None:
+        return re.compile(self.continues_pattern) if self.continues_pattern else None
 
     def match(self, body: str) -> dict[str, Any] | None:
         """The attrs of a match on a line's body, or None."""
@@ -258,13 +173,19 @@ def load_signatures(path: Path = CATALOG) -> tuple[Signature, ...]:
     """Every signature of the catalog (a folder of family files, or one file), validated and in the
     order lines are matched: (precedence, family, position in its file). Raises SignatureError naming
     the bad entry."""
-    import yaml  # deferred: capture on a bare node never reads the catalog
-
     files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+    if not files:
+        raise SignatureError(f"{path}: no signature files")
+    # The parsed files are kept (collectors/catalog/parsed.py) only once they passed _signatures with
+    # every regex compiled; from the kept copy the regexes compile on first use.
+    docs = parsed_yaml(files, lambda docs: _signatures(files, docs, compile_now=True))
+    return _signatures(files, docs, compile_now=False)
+
+
+def _signatures(files: list[Path], docs: list[Any], *, compile_now: bool) -> tuple[Signature, ...]:
     ranked: list[tuple[int, str, int, Signature]] = []
     seen: dict[str, str] = {}
-    for file in files:
-        doc = yaml.load(file.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    for file, doc in zip(files, docs, strict=True):
         entries = doc.get("signatures") if isinstance(doc, dict) else None
         if not isinstance(entries, list) or not entries:
             raise SignatureError(f"{file.name}: a top-level 'signatures' list is required")
@@ -273,7 +194,7 @@ def load_signatures(path: Path = CATALOG) -> tuple[Signature, ...]:
         if not isinstance(precedence, int) or family != file.stem:
             raise SignatureError(f"{file.name}: 'family' must be the file's name and 'precedence' a whole number")
         for i, entry in enumerate(entries):
-            sig = _signature(entry, f"{file.name} entry {i + 1}", family)
+            sig = _signature(entry, f"{file.name} entry {i + 1}", family, compile_now=compile_now)
             if sig.id in seen:
                 raise SignatureError(f"{file.name}: signature id {sig.id!r} is also given in {seen[sig.id]}")
             seen[sig.id] = file.name
@@ -281,12 +202,13 @@ def load_signatures(path: Path = CATALOG) -> tuple[Signature, ...]:
             if not isinstance(own, int):
                 raise SignatureError(f"{file.name} ({sig.id}): 'precedence' must be a whole number")
             ranked.append((own, family, i, sig))
-    if not ranked:
-        raise SignatureError(f"{path}: no signature files")
     return tuple(sig for *_, sig in sorted(ranked, key=lambda r: r[:3]))
 
 
-def _signature(entry: Any, where: str, family: str = "") -> Signature:
+def _signature(entry: Any, where: str, family: str = "", *, compile_now: bool = True) -> Signature:
+    """One entry, checked; with ``compile_now`` (a catalog file just parsed) its regexes are compiled
+    and what depends on their groups is checked too, else (the same file, checked before) they compile
+    on first use."""
     if not isinstance(entry, dict):
         raise SignatureError(f"{where}: a mapping is required")
     where = f"{where} ({entry.get('id', '?')})"
@@ -300,37 +222,42 @@ def _signature(entry: Any, where: str, family: str = "") -> Signature:
         raise SignatureError(f"{where}: layer {entry['layer']!r} is not one of {', '.join(LAYERS)}")
     if entry["severity"] not in SEVERITIES:
         raise SignatureError(f"{where}: severity {entry['severity']!r} is not one of {', '.join(SEVERITIES)}")
-    try:
-        regex = re.compile(entry["regex"])
-        also = tuple(re.compile(r) for r in entry.get("also") or ())
-    except (re.error, TypeError) as exc:
-        raise SignatureError(f"{where}: regex does not compile: {exc}") from None
-    groups = set(regex.groupindex).union(*(a.groupindex for a in also))
+    groups: set[str] | None = None
+    if compile_now:
+        try:
+            regex = re.compile(entry["regex"])
+            also = tuple(re.compile(r) for r in entry.get("also") or ())
+        except (re.error, TypeError) as exc:
+            raise SignatureError(f"{where}: regex does not compile: {exc}") from None
+        groups = set(regex.groupindex).union(*(a.groupindex for a in also))
     severity_when = entry.get("severity_when") or {}
     if not isinstance(severity_when, dict) or any(
-            k not in groups or not isinstance(v, dict) or not set(map(str, v.values())) <= set(SEVERITIES)
+            (groups is not None and k not in groups) or not isinstance(v, dict)
+            or not set(map(str, v.values())) <= set(SEVERITIES)
             for k, v in severity_when.items()):
         raise SignatureError(f"{where}: severity_when must map a group of the regex to {{value: severity}}")
     anchors = entry.get("anchors")
     if not isinstance(anchors, list) or not anchors or not all(isinstance(a, str) and len(a) >= 3 for a in anchors):
         raise SignatureError(f"{where}: 'anchors' must list literal texts of 3 characters or more")
     types = entry.get("types") or {}
-    bad = {k: v for k, v in types.items() if v not in TYPES or k not in groups}
+    bad = {k: v for k, v in types.items() if v not in TYPES or (groups is not None and k not in groups)}
     if bad:
         raise SignatureError(f"{where}: types {bad} name no group of the regex or no type of {', '.join(TYPES)}")
-    try:
-        lists = {str(k): re.compile(v) for k, v in (entry.get("lists") or {}).items()}
-        continues = re.compile(entry["continues"]) if entry.get("continues") else None
-    except (re.error, TypeError) as exc:
-        raise SignatureError(f"{where}: lists/continues regex does not compile: {exc}") from None
-    if any(r.groups != 1 for r in lists.values()):
-        raise SignatureError(f"{where}: each 'lists' regex needs exactly one group")
+    lists = {str(k): v for k, v in (entry.get("lists") or {}).items()}
+    if compile_now:
+        try:
+            if any(re.compile(v).groups != 1 for v in lists.values()):
+                raise SignatureError(f"{where}: each 'lists' regex needs exactly one group")
+            if entry.get("continues"):
+                re.compile(entry["continues"])
+        except (re.error, TypeError) as exc:
+            raise SignatureError(f"{where}: lists/continues regex does not compile: {exc}") from None
     samples = entry.get("samples")
     if not isinstance(samples, list) or len(samples) < MIN_SAMPLES:
         raise SignatureError(f"{where}: at least {MIN_SAMPLES} real sample lines with their source are required")
     try:
         table = code_table(str(entry["table"])) if entry.get("table") is not None else None
-    except SignatureError as exc:
+    except CodeTableError as exc:
         raise SignatureError(f"{where}: {exc}") from None
     parsed: list[Sample] = []
     for sample in samples:
@@ -339,9 +266,11 @@ def _signature(entry: Any, where: str, family: str = "") -> Signature:
             raise SignatureError(f"{where}: each sample needs 'line' and 'source' (a URL or a tests/ path)")
         parsed.append(Sample(sample["line"], sample["source"], bool(sample.get("filled"))))
     return Signature(id=entry["id"], kind=entry["kind"], layer=entry["layer"], severity=entry["severity"],
-                     cause=entry.get("cause"), anchors=tuple(anchors), regex=regex, also=also,
+                     cause=entry.get("cause"), anchors=tuple(anchors), pattern=entry["regex"],
+                     also_patterns=tuple(entry.get("also") or ()),
                      severity_when={k: {str(a): str(b) for a, b in v.items()} for k, v in severity_when.items()},
-                     attrs=dict(entry.get("attrs") or {}), lists=lists, continues=continues,
+                     attrs=dict(entry.get("attrs") or {}), list_patterns=lists,
+                     continues_pattern=entry.get("continues") or None,
                      types=dict(types), parsed_as=tuple(entry.get("parsed_as") or ()), samples=tuple(parsed),
                      meaning=str(entry.get("meaning") or ""), family=family,
                      not_alone=str(entry.get("not_alone") or ""), table=table)

@@ -20,10 +20,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from functools import cache
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from collectors.base import LAYERS, Event
-from collectors.framework.framing import peel
+from collectors.framework.framing.wrappers import peel
 from collectors.framework.lazy_re import lazy_regex
 
 BLOCK_BYTES = 4 << 20
@@ -60,11 +61,10 @@ def _prefilter() -> Any:
 @cache
 def layer_tables() -> tuple[dict[str, str], dict[str, str]]:
     """(program name -> layer, collector name -> layer) from collectors/catalog/programs.yaml."""
-    import yaml
-
     from collectors import catalog
+    from collectors.catalog.parsed import parsed_yaml
 
-    doc = yaml.safe_load(catalog.package_text(catalog, "programs.yaml"))
+    doc = parsed_yaml([Path(next(iter(catalog.__path__))) / "programs.yaml"], lambda docs: None)[0]
     programs = {str(name).lower(): layer for layer, names in doc["layers"].items() for name in names}
     collectors = {str(name): str(layer) for name, layer in (doc.get("collectors") or {}).items()}
     bad = {layer for layer in [*programs.values(), *collectors.values()] if layer not in LAYERS}

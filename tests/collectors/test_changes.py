@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from collectors import changes
 from collectors.base import Event, HostFact, ParseContext, SeriesPoint, Skipped
+from collectors.changes.events import version_key
 from tests.conftest import ingest_timeline
 
 REFERENCE = datetime(2026, 1, 10, tzinfo=timezone.utc)
@@ -192,7 +193,7 @@ def test_pip_freeze_versions() -> None:
     ("nvidia-fabricmanager-550", "550.90.07-1", ("fabricmanager", "550.90.07")),
     ("libc6", "2.35-0ubuntu3", None)])
 def test_version_key(package: str, version: str, expected: tuple[str, str] | None) -> None:
-    assert changes.version_key(package, version) == expected
+    assert version_key(package, version) == expected
 
 
 def test_driver_upgrade_through_ingest_with_host_folder(tmp_path: Path) -> None:

@@ -8,8 +8,9 @@ import io
 import pytest
 import yaml
 
-from collectors.framework.framing import peel
-from collectors.framework.signatures import CATALOG, catalog, code_table
+from collectors.framework.code_tables import code_table
+from collectors.framework.framing.wrappers import peel
+from collectors.framework.signatures import CATALOG, catalog
 from workbench.analysis.causes import load_causes
 
 TABLE = code_table("cuda_errors")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collectors.framework.framing import peel
+from collectors.framework.framing.wrappers import peel
 from collectors.framework.signatures import Signature, catalog
 from tests.conftest import ingest_timeline, run_cli
 

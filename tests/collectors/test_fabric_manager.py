@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collectors.framework.framing import peel
+from collectors.framework.framing.wrappers import peel
 from collectors.framework.signatures import catalog
 from tests.conftest import ingest_timeline, run_cli
 

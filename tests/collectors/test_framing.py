@@ -9,7 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collectors.framework.framing import format_iso, frame_lines, parse_iso, peel, unframed_lines
+from collectors.framework.framing.streams import frame_lines
+from collectors.framework.framing.times import format_iso, parse_iso
+from collectors.framework.framing.unframe import unframed_lines
+from collectors.framework.framing.wrappers import peel
 
 BODY = "NVRM: Xid (PCI:0000:19:00): 79, pid=0, GPU has fallen off the bus."
 REF = datetime(2025, 3, 10, tzinfo=timezone.utc)

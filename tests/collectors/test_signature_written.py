@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.framework.framing import peel
+from collectors.framework.framing.wrappers import peel
 from collectors.framework.signatures import catalog, load_signatures
 
 SAMPLES = [sample.line for sig in load_signatures() for sample in sig.samples]

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collectors.framework import vocabulary
-from collectors.framework.framing import peel
+from collectors.framework.framing.wrappers import peel
 from collectors.framework.signatures import CATALOG, SignatureError, catalog, load_signatures
 from tests.conftest import ingest_timeline
 from workbench.analysis.causes import load_causes

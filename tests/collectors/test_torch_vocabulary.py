@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from collectors.framework import torch_dist
-from collectors.framework.framing import peel
+from collectors.framework.framing.wrappers import peel
 from collectors.framework.signatures import catalog
 from tests.conftest import ingest_timeline
 

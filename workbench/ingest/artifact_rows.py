@@ -136,8 +136,9 @@ def _recognised(stream_factory: Callable[[], BinaryIO], ctx: ParseContext, parse
     parser already wrote the same kind for is not written again."""
     try:
         with stream_factory() as stream:
-            if b"\x00" in stream.read(8192):
-                return  # binary (a core file, an image): no lines of text to recognise
+            head = stream.read(8192)
+            if not head or b"\x00" in head:
+                return  # empty, or binary (a core file, an image): no lines of text to recognise
             stream.seek(0)
             for event in signature_catalog().scan(stream, reference=ctx.reference_for(host),
                                                   boot=ctx.boot_time_for(host), parsed=parsed):
@@ -154,7 +155,8 @@ def _unrecognised(stream_factory: Callable[[], BinaryIO], ctx: ParseContext, par
     ``unrecognised_error`` events (collectors/framework/unrecognised.py): nothing unheard-of is silent."""
     try:
         with stream_factory() as stream:
-            if b"\x00" in stream.read(8192):
+            head = stream.read(8192)
+            if not head or b"\x00" in head:
                 return
             stream.seek(0)
             for event in unrecognised.scan(stream, known=parsed, collector=source_name,
@@ -170,7 +172,7 @@ def _unwrapped(stream_factory: Callable[[], BinaryIO], reference: datetime | Non
     """The artifact's lines with their wrappers peeled, one line out per line in (so line numbers still
     point into the stored bytes), spooled to disk past 64 MiB."""
     from collectors.base import iter_lines
-    from collectors.framework.framing import unframed_lines
+    from collectors.framework.framing.unframe import unframed_lines
 
     out = tempfile.SpooledTemporaryFile(max_size=64 << 20)
     with stream_factory() as stream:

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from types import ModuleType
 
-import workbench.ingest.derivations
 from collectors.base import Event, Skipped
+from collectors.framework.plugins import discover
 from workbench.store.bundle import Bundle
 
 
 def derivations() -> list[ModuleType]:
-    found = []
-    for info in pkgutil.iter_modules(workbench.ingest.derivations.__path__):
-        module = importlib.import_module(f"workbench.ingest.derivations.{info.name}")
-        if hasattr(module, "derive"):
-            found.append(module)
+    """Every module of :mod:`workbench.ingest.derivations` that declares NAME and ``derive``, by NAME."""
+    found = discover("workbench.ingest.derivations", attr="NAME", kind=str, requires=("derive",))
     return sorted(found, key=lambda m: m.NAME)
 
 

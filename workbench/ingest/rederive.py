@@ -19,7 +19,8 @@ from typing import Any
 
 from collectors.framework import registry
 from workbench.ingest.derive import run_derivations
-from workbench.ingest.session import Item, Session, _classify
+from workbench.ingest.inputs import Item
+from workbench.ingest.session import Session, _classify
 from workbench.store.bundle import Bundle
 from workbench.store.schema import EVIDENCE_TABLES
 

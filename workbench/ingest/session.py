@@ -12,28 +12,22 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import gzip
-import lzma
 import os
-import stat
 import sys
-import tarfile
 import tempfile
-import zipfile
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path, PurePosixPath
+from datetime import datetime
+from pathlib import Path
 from types import ModuleType
 from typing import Any, BinaryIO
 
 from collectors.base import HostFact
 from collectors.framework import registry
-from workbench.errors import GpuwbError, as_interrupt, signals_deferred
-from workbench.ingest import zip_recovery
+from workbench.errors import as_interrupt, signals_deferred
 from workbench.ingest.artifact_rows import HostClocks, ParseRequest, ParseSummary, artifact_rows
 from workbench.ingest.derive import run_derivations
+from workbench.ingest.inputs import IngestError, Item, Refusal, bundle_files, expand, host_from_parts
 from workbench.ingest.parse_worker import ParseWorker, WorkerParse
 from workbench.store.bundle import Bundle, BundleWriteError, first_line, storage_failure
 
@@ -51,15 +45,6 @@ WORKER_BACKLOG = 2
 """A file offered while the worker still has this many to answer is parsed in process instead."""
 BATCH_FILE_COST = 256 << 10
 """Commit after about 64 MiB of evidence, counting each file as at least 256 KiB of work."""
-MAX_ARCHIVE_BYTES = 32 << 30
-MAX_RATIO = 1000
-SHARED_DIRS = {"logs", "log", "slurm", "k8s", "kubernetes", "metrics", "prometheus", "nccl", "changes",
-               "scheduler", "network", "storage", "common", "shared", "cluster", "events", "latency",
-               "serving", "deploys", "configs", "misc", "evidence", "incident"}
-
-
-class IngestError(GpuwbError):
-    """An input that cannot be read at all (missing path, broken or hostile archive)."""
 
 
 @dataclass
@@ -80,33 +65,6 @@ class FileResult:
     skip_reasons: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass
-class Item:
-    """One file to ingest, wherever it came from (plain file, archive member, decompressed .gz)."""
-
-    name: str
-    rel_parts: tuple[str, ...]
-    open: Callable[[], BinaryIO]
-    mtime: datetime | None
-    cleanup: Callable[[], None] | None = None
-    path: Path | None = None
-    """where its bytes are on disk (the worker process reads them from there)"""
-    unwrap: bool = False
-    """its lines are a known format inside wrappers no parser reads: parse them unwrapped"""
-
-
-@dataclass
-class Refusal:
-    """An entry found while expanding the inputs that is reported instead of ingested."""
-
-    name: str
-    status: str
-    """``skipped`` (deliberately not read: a pipe, a link out of the folder) or ``error`` (unreadable)"""
-    reason: str
-
-
-ARCHIVE_DAMAGE = (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError, zlib.error, lzma.LZMAError)
-"""What a truncated or corrupt archive raises while it is read."""
 
 
 class Session:
@@ -166,7 +124,7 @@ class Session:
                         info: dict[str, Any] | None = None, unwrap: bool = False,
                         path: Path | None = None) -> FileResult:
         """Store the bytes (deduplicated), then parse them into rows (with ``unwrap``, the lines with their
-        wrappers peeled, see collectors/framework/framing.py). A file sent ahead, or one at ``path`` of WORKER_BYTES
+        wrappers peeled, see collectors/framework/framing/). A file sent ahead, or one at ``path`` of WORKER_BYTES
         or more, is parsed by the worker while its bytes are stored here. Never raises for bad content."""
         request = self.request(name=name, kind=kind, module=module, host=host, captured_at=captured_at,
                                mtime=mtime, unwrap=unwrap)
@@ -451,366 +409,3 @@ class _Counted:
         self.size += len(data)
         return data
 
-
-def host_from_parts(parts: tuple[str, ...]) -> str | None:
-    """``node07/dmesg.txt`` belongs to node07; ``slurm/sacct.txt`` to no host in particular."""
-    for part in parts[:-1]:
-        if part.lower() not in SHARED_DIRS and not part.startswith("."):
-            return part
-    return None
-
-
-def _mtime(path: Path) -> datetime:
-    return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
-
-
-def bundle_files(bundle: Bundle) -> frozenset[Path]:
-    """The bundle and its write-ahead log: never evidence of themselves (``gpuwb ingest b.duckdb .``)."""
-    path = bundle.path.resolve()
-    return frozenset({path, path.with_name(path.name + ".wal")})
-
-
-def expand(path: str, tmp: Path, exclude: frozenset[Path] = frozenset()) -> Iterator[Item | Refusal]:
-    """Every regular file under ``path``, archives unpacked into ``tmp`` with traversal and bomb checks.
-
-    Inside a folder, links are followed only to files inside that folder, and pipes, sockets and
-    devices are never opened (reading one would block or never end); each such entry comes back as a
-    :class:`Refusal`, as does an archive that cannot be read, so the rest still lands."""
-    root = Path(path)
-    if not root.is_dir():
-        refused = _refusal(root, None, exclude)
-        if refused:
-            yield refused
-        else:
-            yield from _items_or_refusal(root, (root.name,), tmp)
-        return
-    inside = root.resolve()
-    failed: list[OSError] = []
-    for dirpath, dirnames, filenames in os.walk(root, onerror=failed.append):
-        dirnames.sort()
-        for dname in dirnames:
-            if (Path(dirpath) / dname).is_symlink():
-                yield Refusal(str(Path(dirpath) / dname), "skipped", "link to a folder: not followed")
-        for fname in sorted(filenames):
-            full = Path(dirpath) / fname
-            refused = _refusal(full, inside, exclude)
-            if refused:
-                yield refused
-            else:
-                yield from _items_or_refusal(full, full.relative_to(root).parts, tmp)
-        while failed:
-            exc = failed.pop()
-            yield Refusal(str(exc.filename), "error", f"cannot read folder: {exc.strerror or exc}")
-
-
-_FILE_TYPES = ((stat.S_ISFIFO, "named pipe"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
-               (stat.S_ISBLK, "block device"), (stat.S_ISDIR, "folder"))
-
-
-def _refusal(path: Path, inside: Path | None, exclude: frozenset[Path]) -> Refusal | None:
-    """Why ``path`` is not read (None when it is a regular file). With ``inside``, a link must lead
-    to a file within that folder: evidence handed over as a folder never pulls in /etc/shadow."""
-    if inside is not None and path.is_symlink():
-        try:
-            target = path.resolve(strict=True)
-        except (OSError, RuntimeError):  # RuntimeError: a link loop on Python < 3.13
-            return Refusal(str(path), "skipped", "broken or looping link: not followed")
-        if not target.is_relative_to(inside):
-            return Refusal(str(path), "skipped", f"link to {target}, outside the folder: not followed")
-    try:
-        mode = path.stat().st_mode
-    except OSError as exc:
-        return Refusal(str(path), "error", f"cannot read: {exc.strerror or exc}")
-    if stat.S_ISREG(mode):
-        if path.resolve() in exclude:
-            return Refusal(str(path), "skipped", "the bundle being written: not read")
-        return None
-    what = next((name for test, name in _FILE_TYPES if test(mode)), "special file")
-    return Refusal(str(path), "skipped", f"not a regular file ({what}): not read")
-
-
-def _items_or_refusal(full: Path, rel: tuple[str, ...], tmp: Path) -> Iterator[Item | Refusal]:
-    """A file's items, or one refusal when it is an archive that cannot be read at all (so one bad
-    archive in a folder does not stop the rest of the folder)."""
-    try:
-        items = list(_file_items(full, rel, tmp))
-    except IngestError as exc:
-        yield Refusal(str(full), "error", str(exc))
-        return
-    yield from items
-
-
-def _file_items(full: Path, rel: tuple[str, ...], tmp: Path) -> Iterator[Item | Refusal]:
-    name = full.name.lower()
-    if name.endswith(TAR_SUFFIXES):
-        yield from _tar_items(full, rel[:-1], tmp)
-    elif name.endswith(".zip"):
-        yield from _zip_items(full, rel[:-1], tmp)
-    elif name.endswith(".gz"):
-        spooled = _spool(tmp, lambda: gzip.open(full, "rb"), full.stat().st_size, str(full))
-        if spooled is None:
-            yield _plain_item(full, rel)
-        else:
-            out, damage = spooled
-            inner = rel[:-1] + (rel[-1][:-3],)
-            yield Item(str(full)[:-3], inner, lambda p=out: open(p, "rb"), _mtime(full),
-                       cleanup=lambda p=out: p.unlink(missing_ok=True), path=out)
-            if damage:
-                yield Refusal(str(full), "error", damage)
-    else:
-        yield _plain_item(full, rel)
-
-
-def _plain_item(full: Path, rel: tuple[str, ...]) -> Item:
-    return Item(str(full), rel, lambda: open(full, "rb"), _mtime(full), path=full)
-
-
-def _spool(tmp: Path, opener: Callable[[], BinaryIO], compressed: int, label: str) -> tuple[Path, str] | None:
-    """Decompress to a temp file, refusing bombs: (file, damage), damage empty when the stream ended
-    cleanly. A truncated or corrupt stream keeps what came out before the damage (a copy cut short
-    still holds hours of log); None when the data is not compressed at all."""
-    fd, name = tempfile.mkstemp(dir=tmp)
-    out = Path(name)
-    total = 0
-    try:
-        with os.fdopen(fd, "wb") as dst, opener() as src:
-            while True:
-                block = src.read(64 << 10)  # small reads: a damaged stream loses at most this much
-                if not block:
-                    break
-                total += len(block)
-                _check_bomb(total, compressed, label)
-                dst.write(block)
-    except (*ARCHIVE_DAMAGE, gzip.BadGzipFile) as exc:
-        if total:
-            return out, f"truncated or damaged compressed file: kept the {total} bytes before the damage ({exc})"
-        out.unlink(missing_ok=True)
-        return None
-    except IngestError:
-        out.unlink(missing_ok=True)
-        raise
-    return out, ""
-
-
-def _check_bomb(total: int, compressed: int, label: str) -> None:
-    if total > MAX_ARCHIVE_BYTES or (total > (256 << 20) and total > MAX_RATIO * max(compressed, 1)):
-        raise IngestError(f"{label}: refusing to decompress more than {total >> 20} MiB "
-                          f"from {compressed} bytes (decompression bomb?)")
-
-
-def _safe_member(name: str) -> tuple[str, ...] | None:
-    """A member's path parts, or None when the name would climb out (absolute, ``..``, a drive)."""
-    pure = PurePosixPath(name)
-    parts = tuple(p for p in pure.parts if p not in ("", "."))
-    if (not parts or pure.is_absolute() or ".." in pure.parts or name.startswith(("/", "\\"))
-            or ":" in parts[0]):
-        return None
-    return parts
-
-
-UNSAFE = "refusing archive member with unsafe path"
-
-
-def _strip_common_top(members: list[tuple[str, ...]]) -> int:
-    """A single wrapper folder (``incident-42/node03/...``) is not a host: strip it, but only when
-    everything sits at least two folders down, so ``node04/dmesg.txt`` keeps its host folder."""
-    tops = {m[0] for m in members}
-    if len(tops) == 1 and all(len(m) > 2 for m in members):
-        return 1
-    return 0
-
-
-TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.xz", ".txz", ".tar.bz2", ".tbz2")
-MAX_NESTING = 2
-"""Archives inside archives (a zip of per-node tarballs) are unpacked this many levels down; their
-bomb checks count against the outermost archive's size on disk."""
-
-
-def _tar_items(full: Path, prefix: tuple[str, ...], tmp: Path, *, label: str = "", compressed: int = 0,
-               depth: int = 0) -> Iterator[Item | Refusal]:
-    """Members are staged before any is yielded, so a bomb refuses the archive whole; a truncated
-    archive keeps the members read before the damage, and what came of the one it is cut in (as a
-    cut .gz keeps its first bytes), and says where it stopped."""
-    label = label or str(full)
-    try:
-        tar = tarfile.open(full, "r:*")
-    except ARCHIVE_DAMAGE as exc:  # EOFError: compressed, and cut before its first member's header ends
-        raise IngestError(f"{label}: not a readable tar archive ({exc})") from None
-    compressed = compressed or full.stat().st_size
-    total = 0
-    staged: list[tuple[tuple[str, ...], Path, datetime | None]] = []
-    refused: list[Refusal] = []
-    links = 0
-    with tar:
-        current: tuple[tuple[str, ...], Path, datetime | None, str] | None = None
-        try:
-            for member in tar:
-                if not member.isfile():
-                    links += not member.isdir()
-                    continue
-                parts = _safe_member(member.name)
-                if parts is None:
-                    refused.append(Refusal(f"{label}!{member.name}", "error", f"{UNSAFE} {member.name!r}"))
-                    continue
-                total += member.size
-                _check_bomb(total, compressed, label)
-                src = tar.extractfile(member)
-                if src is None:
-                    continue
-                fd, name = tempfile.mkstemp(dir=tmp)
-                current = (parts, Path(name), _member_time(member.mtime), member.name)
-                with os.fdopen(fd, "wb") as dst, src:
-                    while block := src.read(64 << 10):  # small reads: a cut member keeps all but this much
-                        dst.write(block)
-                staged.append(current[:3])
-                current = None
-        except ARCHIVE_DAMAGE as exc:
-            refused.append(Refusal(label, "error", _keep_cut_member(len(staged), current, staged, exc)))
-    if links:
-        refused.append(Refusal(label, "skipped", f"{links} link(s) or special file(s) in the archive: not followed"))
-    yield from _staged_items(staged, prefix, label, tmp, compressed, depth)
-    yield from refused
-
-
-def _keep_cut_member(complete: int, current: tuple[tuple[str, ...], Path, datetime | None, str] | None,
-                     staged: list[tuple[tuple[str, ...], Path, datetime | None]], exc: BaseException) -> str:
-    """Stages the first bytes of the member a truncated or damaged archive is cut in (its temp file is
-    removed when it has none) and says what the archive kept: the refusal line of the ingest result."""
-    note = f"truncated or damaged archive: kept the {complete} file(s) before the damage ({exc})"
-    if current is None:
-        return note
-    parts, path, mtime, name = current
-    size = path.stat().st_size if path.exists() else 0
-    if not size:
-        path.unlink(missing_ok=True)
-        return f"{note}; cut in member {complete + 1} ({name})"
-    staged.append((parts, path, mtime))
-    return f"{note}; cut in member {complete + 1} ({name}): kept its first {size} bytes"
-
-
-def _zip_items(full: Path, prefix: tuple[str, ...], tmp: Path, *, label: str = "", compressed: int = 0,
-               depth: int = 0) -> Iterator[Item | Refusal]:
-    """A zip's members through its central directory; a zip without one that reads (cut short) is read
-    from its members' own headers instead (_salvaged_zip)."""
-    label = label or str(full)
-    compressed = compressed or full.stat().st_size
-    try:
-        zf = zipfile.ZipFile(full)
-    except (zipfile.BadZipFile, OSError) as exc:
-        if not zip_recovery.starts_as_zip(full):
-            raise IngestError(f"{label}: not a readable zip archive ({exc})") from None
-        yield from _salvaged_zip(full, prefix, tmp, label, compressed, depth, exc)
-        return
-    staged: list[tuple[tuple[str, ...], Path, datetime | None]] = []
-    with zf:
-        declared = sum(i.file_size for i in zf.infolist())
-        _check_bomb(declared, compressed, label)
-        total = 0
-        refused: list[Refusal] = []
-        for info in zf.infolist():
-            if info.is_dir():
-                continue
-            member = f"{label}!{info.filename}"
-            parts = _safe_member(info.filename)
-            if parts is None:
-                refused.append(Refusal(member, "error", f"{UNSAFE} {info.filename!r}"))
-                continue
-            fd, name = tempfile.mkstemp(dir=tmp)
-            try:
-                with os.fdopen(fd, "wb") as dst, zf.open(info) as src:
-                    while True:
-                        block = src.read(1 << 20)
-                        if not block:
-                            break
-                        total += len(block)
-                        _check_bomb(total, compressed, label)
-                        dst.write(block)
-            except (*ARCHIVE_DAMAGE, NotImplementedError, RuntimeError) as exc:  # RuntimeError: encrypted
-                Path(name).unlink(missing_ok=True)
-                refused.append(Refusal(member, "error", f"damaged or unsupported archive member ({exc})"))
-                continue
-            except IngestError:
-                Path(name).unlink(missing_ok=True)
-                raise
-            staged.append((parts, Path(name), _member_time(info.date_time)))
-    yield from _staged_items(staged, prefix, label, tmp, compressed, depth)
-    yield from refused
-
-
-def _salvaged_zip(full: Path, prefix: tuple[str, ...], tmp: Path, label: str, compressed: int, depth: int,
-                  error: Exception) -> Iterator[Item | Refusal]:
-    """The members of a zip whose central directory does not read, from their local headers
-    (workbench/ingest/zip_recovery.py), with one refusal that says where the archive was cut; nothing at all
-    read from it is a refusal of the whole archive, as before."""
-    staged: list[tuple[tuple[str, ...], Path, datetime | None]] = []
-    refused: list[Refusal] = []
-    end = zip_recovery.End(0, "")
-    for found in zip_recovery.members(full, tmp, lambda total: _check_bomb(total, compressed, label)):
-        if isinstance(found, zip_recovery.End):
-            end = found
-        elif isinstance(found, zip_recovery.Problem):
-            refused.append(Refusal(f"{label}!{found.name}", "error", found.reason))
-        elif (parts := _safe_member(found.name)) is None:
-            found.path.unlink(missing_ok=True)
-            refused.append(Refusal(f"{label}!{found.name}", "error", f"{UNSAFE} {found.name!r}"))
-        else:
-            staged.append((parts, found.path, _member_time(found.date_time)))
-    if not staged and not refused:
-        raise IngestError(f"{label}: not a readable zip archive ({error})")
-    where = f"; {end.reason}" if end.reason else ": every member's header and data read"
-    refused.insert(0, Refusal(label, "error", f"truncated or damaged zip ({error}): read from its members' headers, "
-                                              f"kept the {end.members} complete file(s){where}"))
-    yield from _staged_items(staged, prefix, label, tmp, compressed, depth)
-    yield from refused
-
-
-def _member_time(stamp: float | tuple[int, ...]) -> datetime | None:
-    """An archive member's time (tar: epoch seconds, zip: a date tuple); None when the archive holds an
-    impossible one (month 0, a year past 9999)."""
-    try:
-        if isinstance(stamp, tuple):
-            return datetime(*stamp, tzinfo=timezone.utc)
-        return datetime.fromtimestamp(stamp, tz=timezone.utc)
-    except (ValueError, OverflowError, OSError):
-        return None
-
-
-def _staged_items(staged: list[tuple[tuple[str, ...], Path, datetime | None]], prefix: tuple[str, ...],
-                  label: str, tmp: Path, compressed: int, depth: int) -> Iterator[Item | Refusal]:
-    cut = _strip_common_top([s[0] for s in staged])
-    for parts, path, mtime in staged:
-        rel = prefix + parts[cut:]
-        name = f"{label}!{'/'.join(parts)}"
-        nested = _nested_reader(parts[-1].lower(), path) if depth < MAX_NESTING else None
-        if nested is not None:
-            try:
-                inner = list(nested(path, rel[:-1], tmp, label=name, compressed=compressed, depth=depth + 1))
-            except IngestError as exc:  # a bomb inside: that inner archive is refused whole
-                inner = [Refusal(name, "error", str(exc))]
-            path.unlink(missing_ok=True)
-            yield from inner
-            continue
-        damage = ""
-        if parts[-1].lower().endswith(".gz") and not parts[-1].lower().endswith(".tar.gz"):
-            spooled = _spool(tmp, lambda p=path: gzip.open(p, "rb"), path.stat().st_size, name)
-            if spooled is not None:
-                path.unlink(missing_ok=True)
-                (path, damage), gz_name, name, rel = spooled, name, name[:-3], rel[:-1] + (rel[-1][:-3],)
-        yield Item(name, rel, lambda p=path: open(p, "rb"), mtime, cleanup=lambda p=path: p.unlink(missing_ok=True),
-                   path=path)
-        if damage:
-            yield Refusal(gz_name, "error", damage)
-
-
-def _nested_reader(name: str, path: Path) -> Callable[..., Iterator[Item | Refusal]] | None:
-    """The reader for an archive found inside an archive; None (kept as a plain file) when it only
-    looks like one. A cut one still counts as one (its readers keep what it holds)."""
-    if name.endswith(TAR_SUFFIXES):
-        try:
-            if tarfile.is_tarfile(path):
-                return _tar_items
-        except ARCHIVE_DAMAGE:  # compressed and cut inside its first header: is_tarfile raises, not answers
-            return None
-    if name.endswith(".zip") and (zipfile.is_zipfile(path) or zip_recovery.starts_as_zip(path)):
-        return _zip_items
-    return None

@@ -324,7 +324,7 @@ class RootCauseChoice:
 
 
 class RootCauseDialog(Dialog[RootCauseChoice | None]):
-    """Mark the root cause: a cause id of rules/causes.yaml (completed as you type), where it
+    """Mark the root cause: a cause id of rules/causes/ (completed as you type), where it
     is, and a sentence. Prefilled from a hypothesis by the caller."""
 
     title_text = "Mark the root cause"

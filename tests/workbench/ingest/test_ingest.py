@@ -11,7 +11,8 @@ import zipfile
 import pytest
 
 from tests.conftest import run_cli
-from workbench.ingest.session import IngestError, host_from_parts, ingest_paths
+from workbench.ingest.inputs import IngestError, host_from_parts
+from workbench.ingest.session import ingest_paths
 from workbench.store.bundle import Bundle
 
 

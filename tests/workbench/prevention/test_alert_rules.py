@@ -11,11 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-import rules
-from collectors.catalog import package_text
 from collectors.framework.vocabulary import event_kinds
 from tests.conftest import run_cli
-from workbench.analysis.causes import CatalogError, load_causes
+from workbench.analysis.causes import CatalogError, cause_sections, load_causes
 from workbench.prevention import alert_replay, alert_rules, rules_test
 from workbench.prevention.alert_replay import STEP, Replay, Series
 from workbench.store.bundle import Bundle
@@ -55,12 +53,17 @@ def test_log_counter_rules_name_declared_event_kinds_and_attrs():
             assert {label for label, _, _ in expr.matchers} <= labels, t.alert
 
 
+def _templates_document() -> dict:
+    """Every cause file's alerts and unmeasured, as validate_templates reads them."""
+    return {"rules": cause_sections("alerts"), "unmeasured": cause_sections("unmeasured")}
+
+
 def test_a_template_for_an_unknown_cause_or_in_an_unknown_form_is_refused():
-    data = yaml.safe_load(package_text(rules, "alerts.yaml"))
+    data = _templates_document()
     data["rules"]["no_such_cause"] = data["rules"]["nvswitch_fault"]
     with pytest.raises(CatalogError, match="no_such_cause"):
         alert_rules.validate_templates(data, set(load_causes()))
-    data = yaml.safe_load(package_text(rules, "alerts.yaml"))
+    data = _templates_document()
     data["rules"]["nvswitch_fault"][0]["expr"] = "rate({series}[5m]) > {threshold}"
     with pytest.raises(CatalogError, match="unsupported expression form"):
         alert_rules.validate_templates(data, set(load_causes()))

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collectors.base import Event
-from collectors.framework.kernel_lines import Classifier, Record, Stamp, split_prefix
+from collectors.framework.kernel_lines import Classifier
+from collectors.framework.kernel_lines.prefix import Stamp, split_prefix
+from collectors.framework.kernel_lines.record import Record
 
 KERNEL_TRIGGERS = ("xid", "sxid", "gpu_fell_off_bus")
 NCCL_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout|ran for \d+ milliseconds before timing out|"

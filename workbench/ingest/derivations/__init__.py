@@ -5,5 +5,6 @@ latency onset across scrapes, a version that differs between hosts). One module 
     def derive(con: duckdb.DuckDBPyConnection) -> Iterable[collectors.base.Event]
 
 They read the normalized tables and are re-run after every ingest/capture; their events carry
-``ts_origin = 'derived'`` and are replaced, not appended, on each run.
+``ts_origin = 'derived'`` and are replaced, not appended, on each run. They are found the way every plugin
+is (:func:`collectors.framework.plugins.discover`: a module that declares NAME, ``_`` modules are helpers).
 """

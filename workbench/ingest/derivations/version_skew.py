@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import duckdb
 
 from collectors.base import Event
-from collectors.changes import version_key
+from collectors.changes.events import version_key
 
 NAME = "version_skew"
 

@@ -1,49 +1,18 @@
-"""How a line is framed, apart from what it says: one grammar of wrappers and time prefixes.
-
-lnav's model: a shared ``timestamp-format`` list and format files keep "when and where was this
-written" out of "what does it mean". Here every text collector, the sniffers and the signature
-catalog ask this module for a line's frame and get back the message body plus what the wrappers
-said (time, host, rank, stream), so a known message is recognised in whatever wrapper it arrives:
-
-- quoting: Markdown ``> `` quotes and code fences (what people paste into issues);
-- container framing: Kubernetes CRI (``2025-01-02T03:04:05.123456789Z stderr F ...``, ``P`` partial
-  lines joined), docker json-file (``{"log": "...", "stream": ..., "time": ...}``), ``kubectl logs
-  --timestamps`` (RFC 3339 then a space);
-- system logs: RFC 3164 syslog and journalctl short/short-precise (``Mar  6 09:55:01 host prog[pid]: ``),
-  RFC 5424, ISO syslog and journalctl short-iso(-precise), rsyslog's ``#012`` escaped newlines (split
-  into lines), ``<6>`` priorities and ``dmesg -x`` facility/level;
-- kernel rings: dmesg raw seconds ``[  123.456]``, ``dmesg -T`` ctime, ``dmesg -H``/``--reltime``
-  (``[May19 19:57]`` then ``[  +0.000127]`` deltas, accumulated), ``dmesg --time-format iso``;
-- launchers: pdsh/clush ``host: ``, ``srun --label`` ``3: ``, torchrun ``[rank3]:``/``[default3]:``,
-  mpirun ``[1,3]<stderr>:``, NCCL's ``host:pid:tid [dev]``;
-- program logs: glog ``I0306 09:55:01.123456 1234 file.cc:12]``, Python logging
-  (``2025-03-06 09:55:01,123 - name - LEVEL - `` and ``[2025-03-06 09:55:01,123] [INFO]``), vLLM
-  (``(EngineCore_DP0 pid=1) ERROR 03-06 09:55:01 [file.py:12]``), SGLang ``[2025-03-06 09:55:01 TP0]``,
-  and ISO-8601 with ``T`` or a space, with or without a fraction and a zone.
-
-Wrappers are peeled outermost first, repeatedly. The body left is always a suffix of the line
-(except a docker JSON string, which is decoded, and ``#012`` pieces). A line without a time keeps
-``ts`` None in :func:`peel`; :func:`frame_lines` then dates it from its dated neighbours and marks
-it approximate. No line is ever dropped.
-"""
+"""One physical line's frame (:func:`peel`): the wrapper rules, outermost kinds first, and the ``Framed`` line they
+fill in (time, host, rank, stream, level, program). The kinds of wrapper are listed in the package's docstring."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from collectors.base import MONTHS, from_monotonic, infer_year, to_utc
+from collectors.base import MONTHS, from_monotonic, infer_year
+from collectors.framework.framing.times import ISO, iso_time, parse_iso
 from collectors.framework.json_items import no_lone_surrogates
 from collectors.framework.lazy_re import lazy_regex
 
-ISO = (r"(?P<date>\d{4}-\d\d-\d\d)[T _](?P<clock>\d\d:\d\d:\d\d)(?:(?P<sep>[.,])(?P<frac>\d{1,9}))?"
-       r"(?P<tz>Z|[+-]\d\d(?::?\d\d)?)?")
-"""The one ISO-8601 timestamp pattern (``T``, space or torchelastic's ``_``; ``.`` or ``,`` fraction up to
-nanoseconds; ``Z`` or an offset); :func:`iso_time` turns its match into UTC."""
-ISO_RE = lazy_regex(ISO)
 LEVELS = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
 _LEVEL_WORDS = r"TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|CRITICAL|CRIT|FATAL|PANIC"
 
@@ -77,36 +46,6 @@ class Framed:
     """the text the wrappers were peeled from (a docker line's decoded ``log`` string)"""
     partial: bool = False
 
-
-def iso_time(m: re.Match[str]) -> datetime | None:
-    """UTC time of an :data:`ISO` match; no zone means UTC (how every collector here reads it)."""
-    frac = (m.group("frac") or "")[:6].ljust(6, "0")
-    tz = m.group("tz") or "+00:00"
-    if tz == "Z":
-        tz = "+00:00"
-    elif ":" not in tz:
-        tz = f"{tz[:3]}:{tz[3:] or '00'}"
-    try:
-        when = datetime.fromisoformat(f"{m.group('date')}T{m.group('clock')}.{frac}{tz}")
-    except ValueError:
-        return None
-    return when.astimezone(timezone.utc)
-
-
-def parse_iso(text: str) -> datetime | None:
-    """ISO-8601-like text as UTC, or None when it is not one. The collectors' one ISO reader: a capture
-    header's time and a log line's time are read the same way."""
-    m = ISO_RE.fullmatch(text.strip())
-    return iso_time(m) if m else None
-
-
-def format_iso(when: datetime, timespec: str = "microseconds") -> str:
-    """``when`` as UTC ISO-8601 with ``Z`` (naive is UTC already): the collectors' one spelling of a time
-    they write into an artifact (a scrape's ``time=`` mark), which :func:`parse_iso` reads back."""
-    return to_utc(when).isoformat(timespec=timespec).replace("+00:00", "Z")
-
-
-# -- the wrapper rules, outermost kinds first ---------------------------------------------------------
 
 _FENCE = lazy_regex(r"\s{0,3}(?:```|~~~)[\w+-]*\s*$")
 _QUOTE = lazy_regex(r"\s{0,3}> ?")
@@ -157,7 +96,6 @@ _IDENT = lazy_regex(r"(?:(?P<host>[\w.-]+) )?(?P<prog>[\w./@-]+)(?:\[(?P<pid>\d+
 _LEVEL = lazy_regex(rf"(?:\[(?P<l1>{_LEVEL_WORDS})\]|(?P<l2>{_LEVEL_WORDS})\b:?)\s+", re.IGNORECASE)
 _HF_LEVEL = lazy_regex(rf"\[(?P<lvl>{_LEVEL_WORDS})\|[^\]\s]+\]\s+")
 """transformers' ``[INFO|trainer.py:1812] 2025-03-06 09:55:01,123 >> ``: the level and file, then the time."""
-_ESCAPE_NL = "#012"
 
 
 def peel(text: str, line: int = 0, *, reference: datetime | None = None, boot: datetime | None = None) -> Framed:
@@ -501,166 +439,3 @@ def _nil(value: str) -> str | None:
 
 def _int(value: str) -> int | None:
     return int(value) if value.isdigit() else None
-
-
-# -- whole streams: joins, splits and times from neighbours -------------------------------------------
-
-MAX_UNDATED_HEAD = 1000
-"""Undated lines held back waiting for the first dated one; past this they go out without a time."""
-
-
-def frame_lines(lines: Iterable[tuple[int, str]] | Iterable[str], *, reference: datetime | None = None,
-                boot: datetime | None = None) -> Iterator[Framed]:
-    """Every line framed, in order: CRI/docker partial lines joined, ``#012`` split, ``dmesg -H``
-    deltas added to their base, and undated lines dated from the nearest dated one (approximate).
-
-    ``lines`` are text lines or (line number, text) pairs."""
-    state = _Dating(reference, boot)
-    partial: Framed | None = None
-    for n, item in enumerate(lines, start=1):
-        lineno, text = item if isinstance(item, tuple) else (n, item)
-        rec = peel(text, lineno, reference=state.reference, boot=boot)
-        if partial is not None:
-            if _continues(partial, rec):
-                rec = replace(partial, message=partial.message + rec.message, partial=rec.partial,
-                              end_line=rec.end_line or rec.line)
-            else:
-                partial.partial = False
-                yield from state.push(partial)
-            partial = None
-        if rec.partial:
-            partial = rec
-            continue
-        yield from state.push(rec)
-    if partial is not None:
-        partial.partial = False
-        yield from state.push(partial)
-    yield from state.flush()
-
-
-def _continues(head: Framed, tail: Framed) -> bool:
-    """A CRI ``P`` (or docker unterminated) line goes on in the next line of the same stream."""
-    return tail.stream == head.stream and bool({"cri", "docker_json"} & set(tail.wrappers))
-
-
-class _Dating:
-    """Times that need neighbours: ``dmesg -H`` deltas and undated lines, in one pass."""
-
-    def __init__(self, reference: datetime | None, boot: datetime | None) -> None:
-        self.reference = reference
-        self.boot = boot
-        self.pending: list[Framed] = []
-        self.last: Framed | None = None
-        self.base: datetime | None = None
-        self.offset = 0.0
-
-    def push(self, rec: Framed) -> Iterator[Framed]:
-        for piece in _split_escaped(rec, self.reference, self.boot):
-            if piece.ts_origin == "dmesg_human":
-                self.base, self.offset = piece.ts, 0.0
-            elif piece.delta is not None and self.base is not None:
-                self.offset += piece.delta
-                piece.ts = self.base + timedelta(seconds=self.offset)
-                piece.ts_origin, piece.ts_approx = "dmesg_human", True
-            if piece.ts is None:
-                if self.last is not None:
-                    _from_neighbour(piece, self.last)
-                    yield piece
-                elif len(self.pending) < MAX_UNDATED_HEAD:
-                    self.pending.append(piece)
-                else:
-                    yield from self.flush()
-                    yield piece
-                continue
-            if self.reference is None and not piece.ts_approx:
-                self.reference = piece.ts
-            self.last = piece
-            for held in self.pending:
-                _from_neighbour(held, piece)
-            yield from self.flush()
-            yield piece
-
-    def flush(self) -> Iterator[Framed]:
-        held, self.pending = self.pending, []
-        yield from held
-
-
-def _split_escaped(rec: Framed, reference: datetime | None, boot: datetime | None) -> list[Framed]:
-    """rsyslog writes a multi-line message as one line with ``#012`` for each newline: split it back."""
-    if _ESCAPE_NL not in rec.message:
-        return [rec]
-    parts = rec.message.replace("#011", "\t").split(_ESCAPE_NL)
-    out = [replace(rec, message=parts[0], wrappers=(*rec.wrappers, "escaped_newlines"))]
-    for part in parts[1:]:
-        inner = peel(part, rec.line, reference=reference, boot=boot)
-        if inner.ts is None:
-            inner.ts, inner.ts_raw, inner.ts_origin, inner.ts_approx = rec.ts, rec.ts_raw, rec.ts_origin, rec.ts_approx
-        for name in ("host", "rank", "stream", "program", "pid"):
-            if getattr(inner, name) is None:
-                setattr(inner, name, getattr(rec, name))
-        inner.wrappers = (*rec.wrappers, "escaped_newlines", *inner.wrappers)
-        out.append(inner)
-    return out
-
-
-def _from_neighbour(rec: Framed, dated: Framed) -> None:
-    rec.ts, rec.ts_origin, rec.ts_approx = dated.ts, "neighbour", True
-
-
-FOREIGN = frozenset({"quote", "fence", "indent", "cri", "docker_json", "host_label", "dmesg_human", "dmesg_delta",
-                     "escaped_newlines"})
-"""Wrappers no format parser reads; the others (syslog, dmesg stamps, ISO, launcher ranks, glog, ...) the
-parsers read themselves."""
-_KERNEL_MESSAGE = lazy_regex(r"\s*(?:NVRM:|nvidia-nvswitch|pcieport |mce: |EDAC |\[Hardware Error\]|Out of memory|"
-                             r"Memory cgroup out of memory|oom-kill:|\S+ invoked oom-killer|INFO: task |Call Trace:|"
-                             r"NETDEV WATCHDOG|mlx5_core |LustreError:|LNet:|BUG: |Kernel panic)")
-"""A kernel message in someone else's wrapper (dmesg through kubectl --timestamps or a container's log):
-its time goes back in dmesg's own ISO spelling so the kernel parser takes the lines as what they are."""
-_TIMED = frozenset({"syslog", "iso", "rfc5424", "dmesg", "dmesg_ctime", "glog", "vllm", "python_logging",
-                    "fabric_manager", "go_log", "logfmt"})
-
-
-def unframed_lines(lines: Iterable[str], *, reference: datetime | None = None) -> Iterator[str]:
-    """One line out per line in, with the wrappers no format parser reads (quotes, fences, CRI, docker,
-    launcher labels, ``dmesg -H``) taken off and what parsers do read kept verbatim. A time only a
-    taken-off wrapper gave goes in front in a spelling the parsers share (RFC 3339 as ``kubectl logs
-    --timestamps`` prints it when exact, ``dmesg -T`` ctime when approximate), so a file no sniffer
-    accepted can be parsed as what its lines are. Lines joined into the record above come out empty;
-    ``#012`` becomes a space."""
-    numbered = list(enumerate(lines, start=1))
-    out: dict[int, str] = {}
-    for rec in frame_lines(numbered, reference=reference):
-        out.setdefault(rec.line, _respelled(rec, numbered[rec.line - 1][1]))
-        for joined in range(rec.line + 1, (rec.end_line or rec.line) + 1):
-            out[joined] = ""
-    for n, line in numbered:
-        yield out.get(n, line)
-
-
-def _respelled(rec: Framed, line: str) -> str:
-    if not FOREIGN.intersection(rec.wrappers):
-        if rec.wrappers == ("iso",) and rec.ts is not None and "," not in (rec.ts_raw or ",") \
-                and _KERNEL_MESSAGE.match(rec.message):  # kubectl logs --timestamps of a dmesg
-            return f"{rec.ts.astimezone(timezone.utc):%Y-%m-%dT%H:%M:%S,%f}+00:00 {rec.message}"
-        return line
-    if "fence" in rec.wrappers:
-        return ""
-    if "escaped_newlines" in rec.wrappers:
-        return line.replace("#012", " ").replace("#011", " ")
-    native = next((i for i, w in enumerate(rec.wrappers) if w not in FOREIGN), None)
-    if native is not None and rec.end_line is None:
-        rest = rec.text[rec.offsets[native]:]
-        if _TIMED.intersection(rec.wrappers[native:]):
-            return rest
-    else:
-        rest = rec.message
-    if rec.ts is not None and rec.ts_origin != "neighbour":
-        when = rec.ts.astimezone(timezone.utc)
-        if rec.ts_approx:
-            return f"[{when:%a %b %d %H:%M:%S %Y}] {rest}"
-        if _KERNEL_MESSAGE.match(rest):
-            return f"{when:%Y-%m-%dT%H:%M:%S,%f}+00:00 {rest}"
-        return f"{when:%Y-%m-%dT%H:%M:%S.%f}Z {rest}"
-    if rec.mono is not None:
-        return f"[{rec.mono:12.6f}] {rest}"
-    return rest
