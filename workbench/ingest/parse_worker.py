@@ -32,7 +32,7 @@ from workbench.ingest.artifact_rows import HostClocks, ParseRequest, ParseSummar
 from workbench.store.row_columns import prepared
 
 if TYPE_CHECKING:
-    from workbench.store.bundle import RowWriter
+    from workbench.store.row_writer import RowWriter
 
 FRAME = struct.Struct("<Q")
 ROWS_PER_FRAME = 2000

@@ -40,7 +40,7 @@ from typing import Any
 
 from workbench.capture.recorder.metrics import EVENT_LABELS as EVENT_LABELS
 from workbench.capture.recorder.metrics import METRIC, event_labels
-from workbench.query.series import histogram_quantile
+from workbench.query.series_math import histogram_quantile
 from workbench.store.bundle import Bundle
 
 STEP = timedelta(minutes=1)

@@ -28,8 +28,8 @@ from textual.widgets import Input
 
 from collectors.framework.vocabulary import VERDICT_MARKS, VERDICTS
 from workbench.errors import InputError
-from workbench.store.bundle import utc_naive
 from workbench.store.journal import ACTION_STATUSES, PRIORITIES, SEVERITIES, STATUSES, TIME_KINDS, ActionItem
+from workbench.store.row_columns import utc_naive
 from workbench.timespec import parse_instant
 from workbench.tui.text import plain, verdict_style
 from workbench.tui.widgets import PlainLabel, PlainStatic

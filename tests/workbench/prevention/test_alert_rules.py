@@ -232,7 +232,7 @@ def test_quantile_form_sums_bucket_rates_by_its_labels():
 
 
 def test_report_says_why_a_cause_has_no_rule(bundle_path):
-    from workbench.postmortem import report
+    from workbench.postmortem import render, report
 
     _temp_bundle(bundle_path, [(m, 70.0) for m in range(10)])
     analysis = {"hypotheses": [{"cause": "quantization_regression", "layer": "business", "score": 0.9},
@@ -244,8 +244,8 @@ def test_report_says_why_a_cause_has_no_rule(bundle_path):
     assert {r["cause"] for r in monitoring["rules"]} == {"thermal_throttling"}
     why = alert_rules.load_unmeasured()["quantization_regression"]
     assert monitoring["unmeasured"] == [{"cause": "quantization_regression", "why": why}]
-    markdown, html = report.render(model, "md"), report.render(model, "html")
-    assert "`quantization_regression`: no alert rule: " + report.md_text(why) in markdown
+    markdown, html = render.render(model, "md"), render.render(model, "html")
+    assert "`quantization_regression`: no alert rule: " + render.md_text(why) in markdown
     assert "no alert rule: " in html and "GpuTemperatureAboveBaseline" in html
 
 
