@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 
 from workbench.errors import signals_deferred
-from workbench.store import schema
+from workbench.store import schema, template
 from workbench.store.connection import checked_version, checkpoint, connect, remove_files
 from workbench.store.errors import BundleBusy, BundleDamaged, BundleError, BundleWriteError, first_line, storage_failure
 from workbench.store.row_columns import now_utc, utc_naive
@@ -69,12 +69,20 @@ class Bundle(Verifying):
         if not path.parent.is_dir():
             raise BundleError(f"cannot create bundle {path}: folder {path.parent} does not exist")
         try:
+            template.copy_empty(path)
+        except FileExistsError:
+            raise BundleError(f"{path} already exists") from None
+        except OSError as exc:  # a full disk: no half-made bundle is left behind
+            remove_files(path)
+            raise BundleWriteError(f"cannot create bundle {path}: {exc.strerror or exc}",
+                                   reason=str(exc.strerror or exc)) from None
+        try:
             con = connect(path, read_only=False)
         except BundleWriteError:
             remove_files(path)
             raise
         try:
-            schema.migrate(con)
+            schema.migrate(con)  # nothing left to do on a copy of the empty bundle
             values = {"incident_id": incident_id or uuid.uuid4().hex[:12], "title": title,
                       "created_at": now_utc().isoformat(timespec="seconds"), "tool": "gpuwb " + _version()}
             values.update(meta or {})
