@@ -8,9 +8,7 @@ from __future__ import annotations
 import argparse
 import re
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
@@ -103,6 +101,9 @@ def _metrics_url(url: str) -> str:
 def fetch(url: str, timeout: float, accept: str) -> tuple[int | None, bytes, str]:
     """GET ``url``: (HTTP status or None, body up to MAX_FETCH_BYTES, error text). Loopback
     addresses bypass any proxy from the environment."""
+    import urllib.error  # deferred: http.client and ssl only for a live scrape, not at every ingest's sniff
+    import urllib.request
+
     host = urllib.parse.urlsplit(url).hostname or ""
     handlers: list[Any] = [urllib.request.ProxyHandler({})] if _LOOPBACK.match(host) else []
     opener = urllib.request.build_opener(*handlers)

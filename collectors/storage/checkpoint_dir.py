@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import statistics
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import BinaryIO
@@ -102,6 +101,8 @@ def _listing_entry(line: str, ls_dir: str, ctx: ParseContext) -> tuple[str, str,
 
 def _checkpoint_events(entries: list[tuple[str, int, datetime, int]], directory: str | None,
                        listed_at: datetime | None, listed_origin: str) -> Iterator[Row]:
+    import statistics  # deferred: decimal and fractions only when a checkpoint folder is read
+
     ckpts = [e for e in entries if _CKPT_NAME.search(_relative(e[0], directory))]
     if not ckpts:
         return
