@@ -9,6 +9,10 @@ a sample that gives both. An alias tied to two bus ids on one host (indexes renu
 captures) resolves to neither, and a GPU no reading ties to a bus id keeps its key. :func:`aliases` gives
 readers a bus id's UUID, index and serial from the same readings.
 
+Limit: a row keeps no mark of having been resolved, so an alias that a later ingest makes ambiguous (a
+capture after a GPU fell off the bus, its indexes shifted) stays on the bus id it was given before; a
+bundle ingested in one go leaves it on its alias (``verify --deep`` would show those rows).
+
 ``series`` rows have no GPU column (an exporter's ``gpu``/``UUID`` labels are its own names and are kept).
 """
 
