@@ -183,6 +183,8 @@ def _gpus_from_processes(con: duckdb.DuckDBPyConnection, places: dict[int, RankP
 
 def _gpus_from_devices(con: duckdb.DuckDBPyConnection, places: dict[int, RankPlace]) -> None:
     """A rank's CUDA device as its host's GPU index, where the host's ranks use distinct devices."""
+    if not any(p.gpu is None and p.device is not None for p in places.values()):
+        return
     by_host: dict[str, list[RankPlace]] = defaultdict(list)
     for place in places.values():
         by_host[place.host or ""].append(place)
