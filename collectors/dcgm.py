@@ -20,7 +20,7 @@ from collectors.base import Artifact, CaptureContext, Event, GpuSample, HostFact
 from collectors.framework.json_items import no_lone_surrogates
 from collectors.framework.lazy_re import lazy_regex
 from collectors.framework.text_blocks import Block, TextParser, integer, number, parse_local
-from collectors.nvml import gpu_key, xid_catalog_attrs
+from collectors.nvml.shared import gpu_key, xid_catalog_attrs
 
 NAME = "dcgm"
 LAYER = "gpu"

@@ -25,7 +25,8 @@ from typing import BinaryIO
 from collectors.base import Artifact, CaptureContext, ParseContext, Row, SeriesPoint, Skipped
 from collectors.framework import metric_vocabulary as vocabulary
 from collectors.framework.lazy_re import lazy_regex
-from collectors.prometheus import capture_files, host_of
+from collectors.prometheus.exposition import host_of
+from collectors.prometheus.scrape import capture_files
 
 NAME = "metrics_csv"
 LAYER = "business"

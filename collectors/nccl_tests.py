@@ -14,7 +14,7 @@ A run that failed prints ``gpu-node-1: Test NCCL failure common.cu:958 'unhandle
 NCCL_DEBUG=INFO for details) / <NCCL's last error>'`` (or ``Test CUDA failure common.cu:732 'out of
 memory'``), then `` .. gpu-node-1 pid 123: Test failure common.cu:891`` up its call stack: one event per
 failure, of the kind NCCL's result names (nccl_error, nccl_net_error, cuda_error), or of the kind and
-cause NCCL's last error names (collectors.nccl.meaning_of: no interface, /dev/shm full, ...), with the
+cause NCCL's last error names (collectors.nccl.warn.meaning_of: no interface, /dev/shm full, ...), with the
 ``Test failure`` lines as its chain.
 """
 
@@ -121,7 +121,7 @@ def parse(kind: str, stream: BinaryIO, ctx: ParseContext) -> Iterator[Row]:
 def _failure(m: re.Match[str], n: int, ctx: ParseContext) -> Event:
     """The event of a ``Test NCCL failure`` / ``Test CUDA failure`` line: the kind NCCL's result names,
     or the kind and cause its last error names, as NCCL's own WARN would have said it."""
-    from collectors.nccl import meaning_of  # deferred: the NCCL collector's catalog is only needed here
+    from collectors.nccl.warn import meaning_of  # deferred: the NCCL collector's catalog is only needed here
 
     error, last = m.group("error").strip(), (m.groupdict().get("last") or "").strip()
     if m.re is _CUDA_FAIL:

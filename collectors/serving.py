@@ -45,8 +45,12 @@ _SNIFF = (
 _NAME_HINT = (("vllm", "vllm_log"), ("sglang", "sglang_log"), ("text-generation", "tgi_log"), ("tgi", "tgi_log"),
               ("trtllm", "trtllm_log"), ("tensorrt_llm", "trtllm_log"), ("triton", "triton_log"))
 _TP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:DP\d+ )?TP(?P<tp>\d+)")
-_TRTLLM = re.compile(r"^(?:\[(?P<stamp>\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d)\] )?\[(?:TensorRT-LLM|TRT-LLM)\]"
-                     r"(?:\[(?P<level>[A-Z]+)\]| \[(?P<short>[A-Z])\])\s*(?P<msg>.*)$")
+_TRTLLM = re.compile(r"^(?:\[(?P<stamp>\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d)\] "
+                     r"|(?P<cpp>\d\d-\d\d-\d{4} \d\d:\d\d:\d\d\.\d+) )?"
+                     r"\[(?:TensorRT-LLM|TRT-LLM)\](?: \[(?:RANK|MPI_Rank) (?P<prank>\d+)\])?"
+                     r"(?:\[(?P<level>[A-Z]+)\]| \[(?P<short>[A-Z])\])(?: \[(?P<crank>\d+)\])?\s*(?P<msg>.*)$")
+"""The logger frames: Python's "[mm/dd/yyyy-HH:MM:SS] [TRT-LLM] [RANK n] [E]" ([MPI_Rank n] before 1.0), the
+C++ logger's "[TensorRT-LLM][ERROR]" (before 1.x) and "mm-dd-yyyy HH:MM:SS.us [TRT-LLM] [E] [rank]" (1.x)."""
 _VERSIONS = (
     (re.compile(r"vLLM API server version (?P<v>[\w.+-]+)|Initializing a V\d LLM engine \(v(?P<v2>[\w.+-]+)\)"
                 r"|Initializing an LLM engine \(v(?P<v3>[\w.+-]+)\)"), "vllm"),
@@ -122,13 +126,17 @@ def _frame(line: str, n: int, ctx: ParseContext, peel: Any, framed_type: Any) ->
     m = _TRTLLM.match(stripped)
     if m:
         ts = None
-        if m.group("stamp"):
+        stamp = m.group("stamp") or m.group("cpp")
+        if stamp:
             try:
-                ts = to_utc(datetime.strptime(m.group("stamp"), "%m/%d/%Y-%H:%M:%S"))
+                layout = "%m/%d/%Y-%H:%M:%S" if m.group("stamp") else "%m-%d-%Y %H:%M:%S.%f"
+                ts = to_utc(datetime.strptime(stamp, layout))
             except ValueError:
                 ts = None
-        return framed_type(line=n, message=m.group("msg"), ts=ts, ts_raw=m.group("stamp"),
-                           ts_origin="iso" if ts else "none", level=(m.group("level") or m.group("short")).lower())
+        rank = m.group("prank") or m.group("crank")
+        return framed_type(line=n, message=m.group("msg"), ts=ts, ts_raw=stamp,
+                           ts_origin="iso" if ts else "none", level=(m.group("level") or m.group("short")).lower(),
+                           rank=int(rank) if rank else None)
     framed = peel(line, n, reference=ctx.reference_for(ctx.host))
     tp = _TP.match(stripped)
     if tp and framed.rank is None:

@@ -1,4 +1,4 @@
-"""Writes docs/causes.md from rules/causes.yaml (tests/test_docs.py checks it is current).
+"""Writes docs/causes.md from rules/causes/, one file per cause (tests/test_docs.py checks it is current).
 
     python scripts/causes_doc.py
 """
@@ -39,7 +39,7 @@ def causes_markdown() -> str:
     """docs/causes.md: every cause id of the catalog, by layer, with its one-line meaning."""
     causes = load_causes()
     lines = ["# Causes", "",
-             "Generated from `rules/causes.yaml` by `scripts/causes_doc.py`; edit the YAML, not this file.",
+             "Generated from `rules/causes/*.yaml` by `scripts/causes_doc.py`; edit the YAML, not this file.",
              "These are the ids `gpuwb analyze --json` puts in a hypothesis' `cause` (see [cli.md](cli.md)).",
              "*Scope* says where one occurrence lives (`gpu`: a host and PCI bus id, `host`, `global`: the whole",
              "job or service); evidence is grouped into one hypothesis per scope key. *Leads to* names causes",

@@ -30,7 +30,10 @@ fi
 
 # name | file to mutate | focused test files | mutant-name globs (empty: the whole file)
 MODULES=(
-    "bundle|workbench/store/bundle.py|tests/workbench/store/test_guarantees_seal.py tests/workbench/store/test_bundle.py|*ǁroot_digest__* *_root_digest_v1* *provenance_items* *ǁseal__* *ǁlast_seal* *ǁverify__* *_changed_items* *x__named* *x__digest* *x__canonical* *add_alias* *ǁartifact_bytes* *x__pack* *x__unpack*"
+    "seal|workbench/store/seal.py|tests/workbench/store/test_guarantees_seal.py tests/workbench/store/test_bundle.py|*ǁroot_digest__* *_root_digest_v1* *provenance_items* *ǁseal__* *ǁlast_seal* *x_artifact_label* *x_digest_of* *x__canonical*"
+    "verify|workbench/store/verify.py|tests/workbench/store/test_guarantees_seal.py tests/workbench/store/test_bundle.py|*ǁverify__*"
+    "artifacts|workbench/store/artifacts.py|tests/workbench/store/test_guarantees_seal.py tests/workbench/store/test_bundle.py|*add_alias* *ǁartifact_bytes*"
+    "chunks|workbench/store/chunks.py|tests/workbench/store/test_guarantees_seal.py tests/workbench/store/test_bundle.py|*x__pack* *x_unpack*"
     "redact|collectors/framework/redact.py|tests/test_security.py tests/workbench/test_guarantees_redaction.py tests/workbench/test_guarantees_redaction_units.py|"
     "query|workbench/query/events.py|tests/workbench/query/test_guarantees_timeline_order.py tests/workbench/query/test_query_paging.py tests/workbench/query/test_timeline_filter.py|*EventFilter* *x_events__* *x_iter_events* *x_page* *x_cursor_at* *x_seek* *x_position* *x__exists* *x_event_json* *x__row*"
     "kernel_lines|collectors/framework/kernel_lines/nvidia.py|tests/collectors/test_guarantees_kernel_timeline.py tests/collectors/test_kernel.py|*NvidiaLinesǁ_xid* *NvidiaLinesǁ_nvrm* *NvidiaLinesǁ_new_fall*"

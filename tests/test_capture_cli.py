@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from collectors.nvml import NvmlAdapter, load_nvml
+from collectors.nvml.adapter import NvmlAdapter, load_nvml
 from tests.conftest import ROOT
 from workbench.store.bundle import Bundle
 

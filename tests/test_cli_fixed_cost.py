@@ -81,7 +81,7 @@ def test_importing_every_collector_compiles_only_the_patterns_it_uses():
 
 
 def test_an_ingest_of_an_nccl_warn_loads_the_signature_catalog_once(tmp_path: Path):
-    """NCCL's own matchers (collectors/nccl.py) are cut from the process's catalog, not a second load."""
+    """NCCL's own matchers (collectors/nccl/warn.py) are cut from the process's catalog, not a second load."""
     log = tmp_path / "rank0.log"
     log.write_text("gpu-node-07:41000:41000 [0] NCCL INFO cudaDriverVersion 12040\n"
                    "gpu-node-07:41000:41077 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from "

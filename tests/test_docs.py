@@ -130,7 +130,7 @@ def test_every_exit_status_is_in_the_cli_contract() -> None:
 
 
 def test_docs_causes_md_is_what_the_catalog_generates() -> None:
-    """Regenerate with ``python scripts/causes_doc.py`` after editing rules/causes.yaml."""
+    """Regenerate with ``python scripts/causes_doc.py`` after editing rules/causes/."""
     assert (DOCS / "causes.md").read_text(encoding="utf-8") == _causes_doc().causes_markdown()
 
 

@@ -97,6 +97,7 @@ def test_the_capture_code_path_loads_no_tui_report_or_analysis_library():
 
 PARSER_MUST_NOT_LOAD = ("duckdb", "pyarrow", "numpy", "pandas", "jinja2", "yaml", "textual")
 PARSER_MUST_NOT_LOAD_MODULES = ("workbench.store.bundle", "workbench.analysis.engine", "workbench.postmortem.report",
+                                "workbench.postmortem.render",
                                 "workbench.fleet.history", "workbench.ingest.session", "workbench.capture.live",
                                 "workbench.ingest.merge", "workbench.query.events")
 
@@ -119,7 +120,7 @@ def test_building_the_parser_loads_no_bundle_storage_or_analysis():
 def test_the_report_command_offers_the_formats_the_report_writes():
     """The command spells the formats out so that its parser does not load workbench.postmortem.report."""
     from workbench.commands.report import FORMATS
-    from workbench.postmortem.report import FORMATS as WRITTEN
+    from workbench.postmortem.render import FORMATS as WRITTEN
 
     assert FORMATS == WRITTEN
 

@@ -307,7 +307,7 @@ def test_escape_sequences_survive_in_json_as_escapes(escapes):
 def test_capture_provenance_is_scrubbed_too(tmp_path):
     """Coverage reasons and artifact metadata are stored beside the bytes; a secret there is masked too."""
     from collectors.base import Artifact
-    from workbench.capture.live import LiveContext
+    from workbench.capture.live_context import LiveContext
 
     ctx = LiveContext(tmp_path, "node01", None, {}, True)
     ctx.missing("http://scraper:s3cr3t@prom:9090/metrics", "HTTP 401 Unauthorized")

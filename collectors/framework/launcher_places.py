@@ -1,7 +1,7 @@
 """Where a log's ranks ran, as the launcher's lines say it when NCCL's init lines are missing.
 
 Most jobs run with NCCL_DEBUG unset: no ``Init COMPLETE`` line maps rank -> host -> GPU. The launchers
-still leave that map behind, and the NCCL log reader (collectors/nccl.py) hands each line it reads here:
+still leave that map behind, and the NCCL log reader (collectors/nccl/reader.py) hands each line it reads here:
 
 - a launcher prefix on the line (``[rank3]:`` torchrun --tee, ``3: `` srun -l, ``[1,3]<stderr>:`` mpirun)
   and an NCCL WARN header on it or in the same one-rank file (``node07:48211:48388 [1] NCCL WARN …``):

@@ -7,7 +7,7 @@ served it. A source label that is itself called ``metric`` is kept as ``exported
 way Prometheus renames clashing target labels. Raw values keep their unit; :func:`unit_scale`
 turns them into seconds (latency).
 
-It lives with the parsers that tag samples (collectors/prometheus.py, collectors/metrics_csv.py);
+It lives with the parsers that tag samples (collectors/prometheus/, collectors/metrics_csv.py);
 ``workbench/query/series.py`` builds curves from the tagged rows with the same names.
 """
 

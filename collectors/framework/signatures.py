@@ -9,7 +9,7 @@ anchors, and at least two real sample lines with their source (the loader refuse
 
 Cost: all anchors are compiled into one RE2 alternation run over raw byte blocks (a DFA, ~800 MB/s
 here, against ~30 MB/s for Python's ``re`` with the same alternation), so only lines holding an
-anchor are decoded, framed (collectors/framework/framing.py) and matched against the few signatures whose
+anchor are decoded, framed (collectors/framework/framing/) and matched against the few signatures whose
 anchors they hold.
 """
 

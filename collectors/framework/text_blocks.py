@@ -21,7 +21,7 @@ from collectors.base import ParseContext, Row, Skipped
 from collectors.framework.lazy_re import lazy_regex
 
 if TYPE_CHECKING:
-    from collectors.nvml import HealthTracker
+    from collectors.nvml.health import HealthTracker
 
 _BORDER = lazy_regex(r"[+|][-=+| ]*[+|]?")
 _NUMBER = lazy_regex(r"\s*(-?\d+(?:\.\d+)?)")

@@ -19,7 +19,7 @@ REQUIRED = ("name", "meaning", "layer", "severity", "action", "follower", "cause
 
 @dataclass(frozen=True)
 class XidInfo:
-    """One catalog entry; ``causes`` are ids of rules/causes.yaml."""
+    """One catalog entry; ``causes`` are ids of rules/causes/."""
 
     code: int
     name: str

@@ -16,7 +16,7 @@ module of its format:
 
 DCGM's outputs (``collectors.dcgm``) are read by the same dispatcher, so a file mixing both is read
 whole whichever collector it was sniffed as. Every reader produces the same rows as NVML (GpuInventory,
-GpuSample) and the same derived events through ``collectors.nvml.HealthTracker``. Lines that belong to
+GpuSample) and the same derived events through ``collectors.nvml.health.HealthTracker``. Lines that belong to
 no known block are counted as skipped, never fatal. Live capture runs nvidia-smi itself (TOUCHES_GPU:
 ``gpuwb capture --safe`` skips it, since on a GPU that fell off the bus it can hang the host).
 
@@ -36,7 +36,7 @@ from collectors.base import Artifact, CaptureContext, ParseContext, Row
 from collectors.framework import text_blocks
 from collectors.nvidia_smi import fabricmanager, failures, nvlink, q_text, q_xml, query_csv, table, topo
 from collectors.nvidia_smi.tree import norm
-from collectors.nvml import HealthTracker
+from collectors.nvml.health import HealthTracker
 
 NAME = "nvidia_smi"
 LAYER = "gpu"

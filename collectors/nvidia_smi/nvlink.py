@@ -10,7 +10,7 @@ from typing import Any
 from collectors.base import GpuInventory, GpuSample, Row
 from collectors.framework.text_blocks import Block, TextParser
 from collectors.nvidia_smi.tree import norm
-from collectors.nvml import gpu_key
+from collectors.nvml.shared import gpu_key
 
 NVLINK_GPU = re.compile(r"^GPU (\d+): (.+?)(?: \(UUID: (GPU-[0-9A-Fa-f-]+)\))?\s*$")
 NVLINK_LINK = re.compile(r"^\s+Link (\d+): (.*?)\s*$")

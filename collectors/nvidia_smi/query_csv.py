@@ -9,7 +9,7 @@ from collectors.base import Event, GpuInventory, GpuSample, Row, Skipped, normal
 from collectors.framework.lazy_re import lazy_regex
 from collectors.framework.text_blocks import Block, Clock, TextParser, integer, number, parse_local
 from collectors.nvidia_smi.tree import NA, REASONS, yes
-from collectors.nvml import decode_reasons, gpu_key
+from collectors.nvml.shared import decode_reasons, gpu_key
 
 _CSV_FIELD = lazy_regex(r"^[a-z_][a-z0-9_.]*(?: \[[^\]]+\])?$")
 QUERY_CMD = re.compile(r"--query-gpu[= ]([\w.,]+).*?--format[= ](\S+)")

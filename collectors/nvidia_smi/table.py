@@ -12,7 +12,7 @@ from collectors.framework.lazy_re import lazy_regex
 from collectors.framework.text_blocks import Block, Clock, TextParser, integer, number
 from collectors.nvidia_smi.failures import failure_events, is_failure
 from collectors.nvidia_smi.tree import parse_ctime
-from collectors.nvml import gpu_key
+from collectors.nvml.shared import gpu_key
 
 TABLE_HEAD = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s*(\S+)(?:\s+CUDA Version:\s*(\S+))?")
 TABLE_GPU1 = re.compile(r"^\|\s*(\d+)\s+(.+?)\s+(On|Off|ERR!|N/A)\s*\|\s*"

@@ -16,7 +16,8 @@ from typing import Any
 from collectors.base import Event, GpuInventory, GpuSample, Row, normalize_pci
 from collectors.framework.lazy_re import lazy_regex
 from collectors.framework.text_blocks import Clock, integer, number
-from collectors.nvml import HealthTracker, gpu_key
+from collectors.nvml.health import HealthTracker
+from collectors.nvml.shared import gpu_key
 
 NA = {"", "n/a", "[n/a]", "na", "not supported", "[not supported]", "none", "unknown", "[unknown]", "-"}
 REASONS = {"gpu_idle": "gpu_idle", "idle": "gpu_idle", "applications_clocks_setting": "applications_clocks",

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from collectors import k8s
 from collectors.base import Artifact, Event, ParseContext, Skipped
 from collectors.framework import registry
+from collectors.k8s import tables as k8s_tables
 from tests.collectors.test_slurm import INDEX, SCHEDULER, assert_labels, hosts_named, stated
 from tests.conftest import CORPUS, ingest_timeline
 
@@ -364,10 +365,10 @@ def test_kubelet_and_device_plugin_lines():
 
 
 def test_age_parsing():
-    assert k8s.parse_age("2m30s") == timedelta(minutes=2, seconds=30)
-    assert k8s.parse_age("18m (x2 over 18m)") == timedelta(minutes=18)
-    assert k8s.parse_age("3d4h") == timedelta(days=3, hours=4)
-    assert k8s.parse_age("<unknown>") is None
+    assert k8s_tables.parse_age("2m30s") == timedelta(minutes=2, seconds=30)
+    assert k8s_tables.parse_age("18m (x2 over 18m)") == timedelta(minutes=18)
+    assert k8s_tables.parse_age("3d4h") == timedelta(days=3, hours=4)
+    assert k8s_tables.parse_age("<unknown>") is None
 
 
 # ============================================================== capture

@@ -8,8 +8,8 @@ import io
 from datetime import datetime, timezone
 
 from collectors import k8s
-from collectors._k8s_messages import eviction_attrs, scheduling_attrs
 from collectors.base import Event, ParseContext
+from collectors.k8s.messages import eviction_attrs, scheduling_attrs
 
 MTIME = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from collectors import kernel
 from collectors.base import Artifact, Event, GpuInventory, HostFact, ParseContext, Skipped, normalize_pci
+from collectors.kernel import blocks, log_capture
 from tests.conftest import CORPUS, corpus_index, ingest_timeline, run_cli
 
 KERNEL_STYLES = {"dmesg_monotonic", "dmesg_ctime", "dmesg_decode_iso", "journalctl_short_iso", "syslog",
@@ -453,7 +454,7 @@ CORPUS_BYTES = b"".join((CORPUS / p).read_bytes().rstrip(b"\n") + b"\n" for p in
 def test_block_size_never_changes_the_rows(block, monkeypatch):
     """Records split across blocks (multi-line 'fallen off the bus', continuation lines) parse the same."""
     whole = _parse(CORPUS_BYTES, "dmesg")
-    monkeypatch.setattr(kernel, "BLOCK_BYTES", block)
+    monkeypatch.setattr(blocks, "BLOCK_BYTES", block)
     assert _signature(_parse(CORPUS_BYTES, "dmesg")) == _signature(whole)
 
 
@@ -560,7 +561,7 @@ class FakeContext:
 
 
 def test_capture_prefers_the_journal_and_its_previous_boots(tmp_path, monkeypatch):
-    monkeypatch.setattr(kernel, "PSTORE_DIRS", ())
+    monkeypatch.setattr(log_capture, "PSTORE_DIRS", ())
     line = b"2025-01-01T00:00:01.000000+0000 node kernel: nfs: server a OK\n"
     ctx = FakeContext(tmp_path, {
         ("journalctl", "-k", "-b", "-1"): (line, 0, ""), ("journalctl", "-k", "-b", "-2"): (line, 0, ""),
@@ -575,7 +576,7 @@ def test_capture_prefers_the_journal_and_its_previous_boots(tmp_path, monkeypatc
 
 
 def test_capture_falls_back_to_dmesg_and_says_why(tmp_path, monkeypatch):
-    monkeypatch.setattr(kernel, "PSTORE_DIRS", ())
+    monkeypatch.setattr(log_capture, "PSTORE_DIRS", ())
     ctx = FakeContext(tmp_path, {
         ("journalctl", "-k"): (b"-- No entries --\n", 0, ""),
         ("dmesg", "--time-format"): (b"2025-01-01T00:00:01,000000+00:00 Linux version 6.1\n", 0, ""),
@@ -586,7 +587,7 @@ def test_capture_falls_back_to_dmesg_and_says_why(tmp_path, monkeypatch):
 
 
 def test_capture_reports_denied_dmesg(tmp_path, monkeypatch):
-    monkeypatch.setattr(kernel, "PSTORE_DIRS", ())
+    monkeypatch.setattr(log_capture, "PSTORE_DIRS", ())
     ctx = FakeContext(tmp_path, {("dmesg",): (b"", 1, "dmesg: read kernel buffer failed: Operation not permitted")},
                       {"dmesg"})
     list(kernel.capture(ctx))

@@ -23,6 +23,7 @@ import pytest
 
 from collectors import kernel
 from collectors.base import ParseContext
+from collectors.kernel import prefilter
 from tests.conftest import CORPUS
 from tests.perf.kernel_log_mix import sample
 
@@ -86,14 +87,14 @@ def test_noisy_mix_has_events_beyond_links():
     assert "xid" in kinds
 
 
-def _candidate_lines(prefilter: kernel._Prefilter, data: bytes) -> list[int]:
+def _candidate_lines(prefilter: prefilter.Prefilter, data: bytes) -> list[int]:
     return sorted({data.count(b"\n", 0, hit) for hit in prefilter.scan(data)})
 
 
 def _numpy_rows(monkeypatch, name: str, data: bytes) -> dict[str, Any]:
     """The parse with every block answered by the numpy pass (the plain keywords, none narrowed)."""
     with monkeypatch.context() as patched:
-        patched.setattr(kernel, "RE2_BLOCK_HITS", -1)
+        patched.setattr(prefilter, "RE2_BLOCK_HITS", -1)
         return rows_of(name, data)
 
 
@@ -102,7 +103,7 @@ def test_re2_prefilter_keeps_fewer_lines_and_the_same_rows(monkeypatch, name):
     """The RE2 pass keeps a subset of the numpy pass's candidate lines (the narrowed keywords' chatty
     lines dropped) and the parse makes the same rows from either."""
     data = _inputs()[name]
-    fast, vectorised = kernel._Prefilter(), kernel._Prefilter()
+    fast, vectorised = prefilter.Prefilter(), prefilter.Prefilter()
     vectorised.windows = None
     assert fast.windows is not None
     lines = _candidate_lines(fast, data)
@@ -113,7 +114,7 @@ def test_re2_prefilter_keeps_fewer_lines_and_the_same_rows(monkeypatch, name):
 def test_narrowed_keywords_drop_the_noisy_nodes_chatter():
     """On the Kubernetes node's log the firmware tracer, nvidia-uvm and veth lines are no candidates."""
     data = sample("noisy", 20000).encode()
-    fast, vectorised = kernel._Prefilter(), kernel._Prefilter()
+    fast, vectorised = prefilter.Prefilter(), prefilter.Prefilter()
     vectorised.windows = None
     kept, plain = _candidate_lines(fast, data), _candidate_lines(vectorised, data)
     assert len(plain) > 5000
@@ -140,7 +141,7 @@ def test_narrowed_keywords_keep_every_line_that_makes_a_row(monkeypatch):
     it, or on an indented continuation line), a trap in a GPU library, a physical interface becoming
     ready, a signature anchor; the chatter around them (tracer, uvm load, veth) is dropped."""
     data = EDGES.encode()
-    fast = kernel._Prefilter(_anchors())
+    fast = prefilter.Prefilter(_anchors())
     kept = [i + 1 for i in _candidate_lines(fast, data)]
     assert kept == [2, 3, 5, 6, 8, 10, 11]
     got = rows_of("dmesg", data)
@@ -159,11 +160,11 @@ def _anchors() -> set[str]:
 def test_prefilter_gives_way_to_numpy_on_a_chatty_block():
     """Past RE2_BLOCK_HITS hits the numpy pass answers, with the same lines."""
     data = "".join(f"[{i:>5}.000000] mlx5_core 0000:3b:00.0: mlx5_cmd_out_err:838:(pid {i}): QUERY failed\n"
-                   for i in range(3 * kernel.RE2_BLOCK_HITS)).encode()
-    fast, vectorised = kernel._Prefilter(), kernel._Prefilter()
+                   for i in range(3 * prefilter.RE2_BLOCK_HITS)).encode()
+    fast, vectorised = prefilter.Prefilter(), prefilter.Prefilter()
     vectorised.windows = None
     lines = _candidate_lines(fast, data)
-    assert len(lines) > kernel.RE2_BLOCK_HITS
+    assert len(lines) > prefilter.RE2_BLOCK_HITS
     assert lines == _candidate_lines(vectorised, data)
 
 

@@ -1,4 +1,4 @@
-"""A regular file is parsed through a map of it (collectors/kernel.py _mapped_blocks), any other stream by
+"""A regular file is parsed through a map of it (collectors/kernel/blocks.py mapped_blocks), any other stream by
 reading it (_read_blocks): both must make the same blocks, so the same rows, line counts and end position,
 at any block size (records and over-long lines cut across blocks included)."""
 
@@ -13,6 +13,7 @@ import pytest
 
 from collectors import kernel
 from collectors.base import ParseContext
+from collectors.kernel import blocks, log_parser
 from tests.conftest import CORPUS
 from tests.perf.kernel_log_mix import sample
 
@@ -60,15 +61,16 @@ def _parse(kind: str, stream, offset: int) -> tuple[list[str], int, int]:
 @pytest.mark.parametrize("name", sorted(INPUTS))
 def test_a_mapped_file_parses_as_a_read_stream(tmp_path: Path, monkeypatch, name: str, block: int):
     data = INPUTS[name]
-    monkeypatch.setattr(kernel, "MAP_FILES", True)
-    monkeypatch.setattr(kernel, "BLOCK_BYTES", block)
-    monkeypatch.setattr(kernel, "MAX_LINE_BYTES", 3000 if block < 4 << 20 else 1 << 20)
+    monkeypatch.setattr(blocks, "MAP_FILES", True)
+    monkeypatch.setattr(blocks, "BLOCK_BYTES", block)
+    for where in (blocks, log_parser):  # the block reader and the record parser both check it
+        monkeypatch.setattr(where, "MAX_LINE_BYTES", 3000 if block < 4 << 20 else 1 << 20)
     path = tmp_path / "kern.log"
     path.write_bytes(data)
     for kind in ("dmesg", "syslog"):
         for offset in (0, 777):
             with open(path, "rb") as f:
-                assert kernel._mapping(f) is not None
+                assert blocks.mapping(f) is not None
                 mapped = _parse(kind, f, offset)
             read = _parse(kind, io.BytesIO(data), offset)
             assert mapped == read, (kind, offset)
@@ -76,11 +78,11 @@ def test_a_mapped_file_parses_as_a_read_stream(tmp_path: Path, monkeypatch, name
 
 
 def test_an_empty_file_is_read_not_mapped(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(kernel, "MAP_FILES", True)
+    monkeypatch.setattr(blocks, "MAP_FILES", True)
     path = tmp_path / "empty.log"
     path.write_bytes(b"")
     with open(path, "rb") as f:
-        assert kernel._mapping(f) is None
+        assert blocks.mapping(f) is None
         assert _parse("dmesg", f, 0) == ([], 0, 0)
 
 
@@ -91,9 +93,9 @@ def test_the_ingest_process_reads_files_only_the_parse_worker_maps_them(tmp_path
     path = tmp_path / "kern.log"
     path.write_bytes(INPUTS["noisy"])
     with open(path, "rb") as f:
-        assert kernel._mapping(f) is None
+        assert blocks.mapping(f) is None
     probe = ("import sys; from workbench.ingest import parse_worker; parse_worker._preload(); "
-             "from collectors import kernel; print(kernel._mapping(open(sys.argv[1], 'rb')) is not None)")
+             "from collectors.kernel import blocks; print(blocks.mapping(open(sys.argv[1], 'rb')) is not None)")
     out = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=120,
-                         cwd=Path(kernel.__file__).parents[1])
+                         cwd=Path(kernel.__file__).parents[2])
     assert out.stdout.strip() == "True", out.stderr[-500:]

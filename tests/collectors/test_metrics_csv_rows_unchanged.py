@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from collectors import metrics_csv
 from collectors.base import ParseContext, Row, SeriesPoint, Skipped
 from collectors.framework import metric_vocabulary as vocabulary
-from collectors.prometheus import host_of
+from collectors.prometheus.exposition import host_of
 
 NAMES = ("vllm:request_success_total", "vllm:time_to_first_token_seconds_bucket", "tgi_queue_size", "p99_ttft_ms",
          "Mean ITL (ms)", "vllm:metric_3", "nv_inference_request_duration_us", "", " padded_queue_wait ")

@@ -16,6 +16,9 @@ from hypothesis import strategies as st
 from collectors import nccl
 from collectors.base import Artifact, Event, HostFact, ParseContext, Skipped, Topology
 from collectors.framework.vocabulary import problems
+from collectors.nccl import init_lines as nccl_init_lines
+from collectors.nccl import live_capture as nccl_capture
+from collectors.nccl import prefilter as nccl_prefilter
 from tests.conftest import CORPUS, corpus_files, corpus_index, ingest_timeline
 from tests.data.nccl_multirank import NCCL_VERSION, write_job
 from workbench.store.bundle import Bundle
@@ -305,10 +308,10 @@ def test_topology_maps_rank_host_gpu(tmp_path):
 
 
 def test_bus_id_spelling():
-    assert nccl.nccl_bus_id("19000") == "0000:19:00.0"
-    assert nccl.nccl_bus_id("9b000") == "0000:9b:00.0"
-    assert nccl.nccl_bus_id("10019010") == "0100:19:01.0"
-    assert nccl.nccl_bus_id("zz") is None
+    assert nccl_init_lines.nccl_bus_id("19000") == "0000:19:00.0"
+    assert nccl_init_lines.nccl_bus_id("9b000") == "0000:9b:00.0"
+    assert nccl_init_lines.nccl_bus_id("10019010") == "0100:19:01.0"
+    assert nccl_init_lines.nccl_bus_id("zz") is None
 
 
 def test_rank_and_gpu_from_init_lines_of_the_same_file():
@@ -449,11 +452,11 @@ def test_capture_reads_matching_files_once(tmp_path):
     assert {kind for _, kind, _, _ in ctx.read} == {"nccl_log"}
     assert ctx.missed == [(str(tmp_path / "missing-*.log"), "unavailable: no file matches")]
     with open(tmp_path / "rank1.log", "r+b") as f:
-        f.truncate(nccl._CAPTURE_BYTES + 1)
+        f.truncate(nccl_capture._CAPTURE_BYTES + 1)
     ctx = _FakeCapture({"nccl_log": [str(tmp_path / "rank1.log")]})
     assert len(list(nccl.capture(ctx))) == 2
-    assert [(m, t) for _, _, m, t in ctx.read] == [(nccl._HEAD_BYTES, False),
-                                                   (nccl._CAPTURE_BYTES - nccl._HEAD_BYTES, True)]
+    assert [(m, t) for _, _, m, t in ctx.read] == [(nccl_capture._HEAD_BYTES, False),
+                                                   (nccl_capture._CAPTURE_BYTES - nccl_capture._HEAD_BYTES, True)]
     empty = _FakeCapture({"nccl_log": []})
     assert list(nccl.capture(empty)) == [] and empty.missed == [("nccl logs", "unavailable: no --nccl-log given")]
 
@@ -631,6 +634,6 @@ def test_grep_pattern_selects_the_new_lines(tmp_path):
     path = tmp_path / "r.log"
     path.write_text("".join(line + "\n" for line, _ in STEP_LINES)
                     + "RuntimeError: write(): fd 29 failed with No space left on device\n")
-    got = subprocess.run(["grep", "-cE", nccl.GREP_PATTERN, str(path)], capture_output=True, text=True,
+    got = subprocess.run(["grep", "-cE", nccl_prefilter.GREP_PATTERN, str(path)], capture_output=True, text=True,
                          env=dict(os.environ, LC_ALL="C"))
     assert int(got.stdout) == len(STEP_LINES) + 1

@@ -1,4 +1,4 @@
-"""The NCCL reader finds a block's selected lines by offset (collectors/nccl.py _block): line numbers,
+"""The NCCL reader finds a block's selected lines by offset (collectors/nccl/reader.py Reader._block): line numbers,
 lines over 1 MiB and the look-back of a write failure must come out as if the block were split into lines."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import io
 import pytest
 
 from collectors import nccl
-from collectors.base import Event, ParseContext, Skipped
+from collectors.base import MAX_LINE_BYTES, Event, ParseContext, Skipped
 
 WARN = b"node1:11:12 [0] NCCL WARN Call to ibv_create_qp failed\n"
 FILLER = b"node1:11:12 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x7f00 recvbuff 0x7f01 count 4 datatype 7\n"
@@ -35,8 +35,8 @@ def test_event_lines_are_the_lines_of_the_file(filler_lines):
 
 
 def test_lines_over_one_mib_are_skipped_at_their_numbers_and_the_rest_still_read():
-    giant_a, giant_b = b"x" * (nccl.MAX_LINE_BYTES + 1) + b"\n", b"y" * (nccl.MAX_LINE_BYTES + 4096) + b"\n"
-    lines = [FILLER, WARN, giant_a, FILLER, WARN, giant_b, WARN, b"z" * nccl.MAX_LINE_BYTES + b"\n", WARN, WARN]
+    giant_a, giant_b = b"x" * (MAX_LINE_BYTES + 1) + b"\n", b"y" * (MAX_LINE_BYTES + 4096) + b"\n"
+    lines = [FILLER, WARN, giant_a, FILLER, WARN, giant_b, WARN, b"z" * MAX_LINE_BYTES + b"\n", WARN, WARN]
     rows, read = _rows(b"".join(lines))
     assert [r.line for r in rows if isinstance(r, Skipped)] == [3, 6]
     assert {r.reason for r in rows if isinstance(r, Skipped)} == {"line longer than 1 MiB"}

@@ -14,10 +14,11 @@ import pytest
 
 from collectors import nccl
 from collectors.base import ParseContext
+from collectors.nccl.reader import Reader
 from tests.conftest import CORPUS
 
 
-def _reference_channel(self: nccl._Reader, m: re.Match[bytes]) -> None:
+def _reference_channel(self: Reader, m: re.Match[bytes]) -> None:
     host = m.group("host").decode("utf-8", "replace")
     proc = self._proc(host, int(m.group("pid")))
     if proc is not None:
@@ -44,7 +45,7 @@ def _inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
 def test_channel_rows_match_the_former_reading(tmp_path_factory, monkeypatch):
     inputs = _inputs(tmp_path_factory)
     now = {name: _rows(data, name) for name, data in inputs.items()}
-    monkeypatch.setattr(nccl._Reader, "_channel", _reference_channel)
+    monkeypatch.setattr(Reader, "_channel", _reference_channel)
     before = {name: _rows(data, name) for name, data in inputs.items()}
     assert now == before
     channels = [row for rows in now.values() for row in rows if "'channels': [{" in row]

@@ -12,10 +12,10 @@ import re
 
 import pytest
 
-from collectors import nccl
+from collectors.nccl import prefilter
 from tests.conftest import CORPUS
 
-_INFO_LINES = re.compile(rb"NCCL INFO (?:" + "|".join(nccl._INFO_KEEP).encode() + rb"|[^\s:]+:\d+ -> [0-9])")
+_INFO_LINES = re.compile(rb"NCCL INFO (?:" + "|".join(prefilter._INFO_KEEP).encode() + rb"|[^\s:]+:\d+ -> [0-9])")
 _REST_PATTERNS = (re.compile(rb"NCCL(?: (?!INFO )|[.(']|Utils)"),
                   re.compile(rb"CU(?:DA (?:error|out of memory|driver error)|BLAS_STATUS_|DNN_STATUS_)"))
 
@@ -25,9 +25,9 @@ def _reference(data: bytes, end: int) -> list[int]:
     lines.pop()
     rfind = data.rfind
     info = {rfind(b"\n", 0, m.start()) + 1 for m in _INFO_LINES.finditer(data, 0, end)}
-    hits = set(nccl._line_numbers(data, sorted(info)))
+    hits = set(prefilter._line_numbers(data, sorted(info)))
     rest = b"\n".join([b"" if b"NCCL INFO" in line else line for line in lines])
-    needles = nccl._NEEDLES + (b"\x00",) if b"\x00" in rest else nccl._NEEDLES
+    needles = prefilter._NEEDLES + (b"\x00",) if b"\x00" in rest else prefilter._NEEDLES
     find, rest_rfind = rest.find, rest.rfind
     found = {rest_rfind(b"\n", 0, m.start()) + 1 for pattern in _REST_PATTERNS for m in pattern.finditer(rest)}
     for needle in needles:
@@ -36,7 +36,7 @@ def _reference(data: bytes, end: int) -> list[int]:
             found.add(rest_rfind(b"\n", 0, pos) + 1)
             stop = find(b"\n", pos)
             pos = find(needle, stop + 1) if stop >= 0 else -1
-    hits.update(nccl._line_numbers(rest, sorted(found)))
+    hits.update(prefilter._line_numbers(rest, sorted(found)))
     return sorted(hits)
 
 
@@ -66,7 +66,7 @@ def _inputs() -> dict[str, bytes]:
 def test_one_pass_picks_the_lines_of_the_sweeps(name):
     data = _inputs()[name]
     end = data.rfind(b"\n") + 1
-    got = nccl._hit_lines(data, end)
+    got = prefilter._hit_lines(data, end)
     assert got == _reference(data, end)
     assert got or name != "edges"
 
@@ -78,10 +78,10 @@ def test_synthetic_rank_logs(tmp_path):
     for path in sorted(tmp_path.rglob("*.log")):
         data = path.read_bytes()
         end = data.rfind(b"\n") + 1
-        assert nccl._hit_lines(data, end) == _reference(data, end), path.name
+        assert prefilter._hit_lines(data, end) == _reference(data, end), path.name
 
 
 def test_edges_keep_what_the_sweeps_kept():
     """A needle or ``NCCL INFO`` without its space on an INFO line counts for nothing; the rest all count."""
-    kept = [i + 1 for i in nccl._hit_lines(EDGES, len(EDGES))]
+    kept = [i + 1 for i in prefilter._hit_lines(EDGES, len(EDGES))]
     assert kept == [2, 5, 6, 7, 9, 10, 11, 12, 13]

@@ -6,9 +6,10 @@ were skipped lines, their counts lost without an event."""
 from __future__ import annotations
 
 import io
+from datetime import datetime
 
 from collectors import nvidia_smi
-from collectors.base import Event, GpuSample, ParseContext, Skipped
+from collectors.base import Event, GpuSample, ParseContext, SeriesPoint, Skipped
 from collectors.framework import registry
 from tests.conftest import ROOT
 
@@ -63,3 +64,20 @@ def test_status_then_counters_pasted_with_blank_lines_between() -> None:
     kinds = sorted(r.kind for r in rows if isinstance(r, Event))
     assert kinds == ["nvlink_down", "nvlink_error"]
     assert not [r for r in rows if isinstance(r, Skipped)]
+
+
+def test_the_counters_are_series_under_dcgm_exporter_names() -> None:
+    """Each kind summed over the links (collectors/nvml/counters.py); nvidia-smi's ``CRC`` is the flit CRC.
+    The output has no clock: the points take the file's time, as the sample does."""
+    text = REAL
+    for before, after in (("Link 1: Recovery Errors: 0", "Link 1: Recovery Errors: 3"),
+                          ("Link 17: Recovery Errors: 0", "Link 17: Recovery Errors: 2"),
+                          ("Link 0: CRC Errors: 0", "Link 0: CRC Errors: 6")):
+        text = text.replace(before, after)
+    rows = list(nvidia_smi.parse("nvidia_smi_nvlink", io.BytesIO(text.encode()),
+                                 ParseContext(host="h", mtime=datetime(2024, 1, 1))))
+    points = {p.name: p for p in rows if isinstance(p, SeriesPoint)}
+    assert {n: p.value for n, p in points.items()} == {
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": 5.0, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": 6.0,
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": 0.0, "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": 0.0}
+    assert {p.labels["gpu"] for p in points.values()} == {"GPU-abcdefab-cdef-abdc-abcd-abababababab"}

@@ -16,7 +16,10 @@ import pynvml
 import pytest
 
 from collectors import nvml
-from collectors.base import Event, GpuInventory, GpuSample, ParseContext, Skipped
+from collectors.base import Event, GpuInventory, GpuSample, ParseContext, SeriesPoint, Skipped
+from collectors.nvml.adapter import NvmlAdapter
+from collectors.nvml.recording import record
+from collectors.nvml.shared import decode_reasons
 from tests.conftest import run_cli
 from tests.nvml_replay import FakeNvml, nvml_error, recording
 from workbench.capture.live import capture
@@ -25,7 +28,7 @@ from workbench.store.bundle import Bundle
 
 def replay(rec: dict[str, Any], samples: int = 3) -> tuple[dict[str, Any], list]:
     """Record through the adapter as capture does, then parse the document as ingest does."""
-    doc = nvml.record(nvml.NvmlAdapter(FakeNvml(rec)), samples=samples, interval=0.01, host="gpu-node")
+    doc = record(NvmlAdapter(FakeNvml(rec)), samples=samples, interval=0.01, host="gpu-node")
     data = json.dumps(doc).encode()
     rows = list(nvml.parse("nvml_json", io.BytesIO(data), ParseContext(host="gpu-node")))
     return doc, rows
@@ -164,15 +167,15 @@ def test_init_failures_map_to_coverage_reasons():
         def nvmlInit(self):
             raise nvml_error("DriverNotLoaded")
 
-    assert nvml.NvmlAdapter(NoLib()).init() == "unavailable: NVML library not found"
-    assert nvml.NvmlAdapter(NoDriver()).init() == "unavailable: NVIDIA driver not loaded"
+    assert NvmlAdapter(NoLib()).init() == "unavailable: NVML library not found"
+    assert NvmlAdapter(NoDriver()).init() == "unavailable: NVIDIA driver not loaded"
 
 
 def test_decode_reasons_names_every_bit():
-    assert nvml.decode_reasons(0x1FF) == ["gpu_idle", "applications_clocks", "sw_power_cap", "hw_slowdown",
+    assert decode_reasons(0x1FF) == ["gpu_idle", "applications_clocks", "sw_power_cap", "hw_slowdown",
                                           "sync_boost", "sw_thermal", "hw_thermal", "hw_power_brake",
                                           "display_clocks"]
-    assert nvml.decode_reasons(0x1000) == ["0x1000"] and nvml.decode_reasons(None) is None
+    assert decode_reasons(0x1000) == ["0x1000"] and decode_reasons(None) is None
 
 
 def test_fake_nvml_capture_through_the_cli_shows_ok_coverage(tmp_path, monkeypatch):
@@ -251,3 +254,36 @@ def test_capture_document_is_stable_json_with_a_format_tag():
     again = json.loads(json.dumps(doc))
     assert again == copy.deepcopy(doc)
     assert nvml.sniff("x.json", json.dumps(doc, indent=1)[:4096]) == {"nvml_json": 95}
+
+
+def test_counters_are_written_as_series_under_dcgm_exporter_names():
+    """NVLink, PCIe-replay and ECC counters become series points (collectors/nvml/counters.py), one per
+    reading, so counter_deltas sees their growth and rules/alerts.yaml's series names match."""
+    rec = recording("replay_rtx4090_sw_power_cap.json")
+    busy = rec["devices"][1]
+    busy["nvmlDeviceGetTotalEccErrors(1,0)"] = {"seq": [0, 2, 2]}
+    busy["nvmlDeviceGetPcieReplayCounter"] = {"seq": [1, 1, 7]}
+    _, rows = replay(rec)
+    points = [p for p in rows if isinstance(p, SeriesPoint)]
+    samples = of(rows, GpuSample)
+    busy_key = samples[1].gpu
+    dbe = [p.value for p in points if p.name == "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" and p.labels["gpu"] == busy_key]
+    assert dbe == [0.0, 2.0, 2.0]
+    replays = [p.value for p in points if p.name == "DCGM_FI_DEV_PCIE_REPLAY_COUNTER" and p.labels["gpu"] == busy_key]
+    assert len(replays) == 3 and (replays[0], replays[-1]) == (1.0, 7.0)
+    assert all(p.labels["class"] == "error" and p.host == "gpu-node" and p.ts is not None for p in points)
+    assert {p.ts for p in points} == {s.ts for s in samples}
+
+
+def test_nvlink_counters_are_summed_per_kind_over_links():
+    rec = recording("replay_8xa100_nvlink.json")
+    rec["devices"][2]["nvlinks"]["errors"] = {"5": {str(pynvml.NVML_NVLINK_ERROR_DL_RECOVERY): 4},
+                                              "7": {str(pynvml.NVML_NVLINK_ERROR_DL_RECOVERY): 1}}
+    _, rows = replay(rec)
+    points = {(p.labels["gpu"], p.name): p.value for p in rows if isinstance(p, SeriesPoint)}
+    (err,) = events(rows, "nvlink_error")
+    key = err.attrs["gpu_key"]
+    assert points[(key, "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL")] == 5.0
+    assert points[(key, "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL")] == 0.0
+    assert points[(key, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL")] == 0.0
+    assert not [k for k in points if k[0] != key and "NVLINK" in k[1]], "links whose counters NVML refused: no series"

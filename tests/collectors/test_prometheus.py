@@ -26,7 +26,7 @@ from collectors import prometheus
 from collectors.base import ParseContext, SeriesPoint, Skipped
 from collectors.framework import registry
 from tests.conftest import CORPUS, corpus_index, ingest_timeline, run_cli
-from workbench.query import series
+from workbench.query import series, series_math
 from workbench.store.bundle import Bundle
 
 LATENCY_FILES = sorted(p for p in (CORPUS / "latency").iterdir())
@@ -80,7 +80,7 @@ def _check_label(key: str, expected: str, rows: list[Row], kinds: list[str], ind
     elif key == "truncated":
         buckets = [(float(r.labels["le"]), r.value) for r in rows if r.name.endswith("_bucket")]
         assert buckets and all(le != math.inf for le, _ in buckets)
-        assert math.isnan(series.histogram_quantile(0.5, buckets))  # Prometheus: no +Inf bucket, no answer
+        assert math.isnan(series_math.histogram_quantile(0.5, buckets))  # Prometheus: no +Inf bucket, no answer
     elif key == "server":
         assert rows and all(r.name.startswith(PREFIX[expected]) for r in rows)
         if expected == "vllm_v1":

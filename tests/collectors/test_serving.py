@@ -104,6 +104,24 @@ def test_tensorrt_llm_frames_give_the_message_its_time() -> None:
     assert events[3].kind == "nccl_error" and events[3].attrs["error"] == "unhandled system error"
 
 
+TRTLLM_RANKED = """[11/18/2025-09:33:30] [TRT-LLM] [RANK 3] [E] Failed to initialize executor on rank 3: [TensorRT-LLM][ERROR] Assertion failed: Failed, NCCL error ../tensorrt_llm/runtime/ncclCommunicator.cpp:90 'invalid usage (run with NCCL_DEBUG=WARN for details)'
+[05/12/2024-10:11:12] [TRT-LLM] [MPI_Rank 1] [W] maxAttentionWindow and maxSequenceLen are too large for at least one sequence to fit in kvCache. They are reduced to 5185
+12-02-2025 10:11:12.123456 [TRT-LLM] [E] [2] Encountered an error in forwardAsync function: [TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocAsync(ptr, n, mMemPool->getPool(), mCudaStream->get()): out of memory (/src/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmBuffers.h:125)
+"""
+
+
+def test_tensorrt_llm_rank_frames_and_the_1x_cpp_stamp_give_time_and_rank() -> None:
+    """The Python logger's [RANK n] / [MPI_Rank n] and the 1.x C++ logger's "<mm-dd-yyyy hh:mm:ss.us>
+    [TRT-LLM] [E] [rank]" frame: the event carries the rank and the time, the inner error is what is known."""
+    events = {r.line: r for r in _parse("trtllm_log", TRTLLM_RANKED) if isinstance(r, Event)}
+    assert (events[1].kind, events[1].rank) == ("nccl_error", 3)
+    assert events[1].attrs["error"].startswith("invalid usage")
+    assert events[1].ts == datetime(2025, 11, 18, 9, 33, 30, tzinfo=timezone.utc)
+    assert (events[2].kind, events[2].rank, events[2].attrs["kv_tokens"]) == ("kv_cache_no_blocks", 1, 5185)
+    assert (events[3].kind, events[3].rank, events[3].attrs["oom"]) == ("cuda_error", 2, True)
+    assert events[3].ts == datetime(2025, 12, 2, 10, 11, 12, 123456, tzinfo=timezone.utc)
+
+
 def test_an_engine_log_ingested_yields_its_events_once(tmp_path: Path) -> None:
     """The user's path: a vLLM log ingested is parsed by this collector, each known line written once."""
     evidence = tmp_path / "evidence"

@@ -19,6 +19,9 @@ from collectors import slurm
 from collectors.base import Artifact, Event, ParseContext, Skipped
 from collectors.framework import hostlist as _hostlist
 from collectors.framework import registry
+from collectors.slurm import events as slurm_events
+from collectors.slurm import live_capture as slurm_capture
+from collectors.slurm import states as slurm_states
 from tests.conftest import CORPUS, corpus_index, ingest_timeline
 
 INDEX = corpus_index()
@@ -78,7 +81,7 @@ def values(text: str) -> list[str]:
 
 def has_state(events: list[dict], want: str) -> bool:
     want = want.strip()
-    canon = slurm.job_state(want)[0] or want.upper()
+    canon = slurm_states.job_state(want)[0] or want.upper()
     for e in events:
         attrs = e["attrs"]
         for got in (attrs.get("state"), attrs.get("state_raw"), attrs.get("reason")):
@@ -97,7 +100,7 @@ def has_exit(events: list[dict], want: str) -> bool:
 
 
 def hosts_named(events: list[dict], text: str) -> bool:
-    names = {n.lower() for n in slurm.expand_hostlist(text)}
+    names = {n.lower() for n in _hostlist.expand_hostlist(text)}
     seen = {str(v).lower() for e in events for v in [e["host"], *flatten(e["attrs"].get("nodes")),
                                                      e["attrs"].get("node")] if v}
     return names <= seen
@@ -135,7 +138,7 @@ LABEL_CHECKS = {
     "gpu_fail_nodes": lambda ev, v: hosts_with_state(ev, v, "FAIL"),
     "gpu_maint_nodes": lambda ev, v: hosts_with_state(ev, v, "MAINT"),
     "cpu_fail_node": lambda ev, v: hosts_with_state(ev, v, "FAIL"),
-    "states": lambda ev, v: all(has_state(ev, s) or slurm.node_state(s)[0] in slurm.HEALTHY_NODE for s in values(v)),
+    "states": lambda ev, v: all(has_state(ev, s) or slurm_states.node_state(s)[0] in slurm_states.HEALTHY_NODE for s in values(v)),
     "reason": lambda ev, v: stated(v, ev),
     "partition": lambda ev, v: any(e["attrs"].get("partition") == v.rstrip("*") for e in ev),
     "count": None, "ts": None, "first_ts": None, "last_ts": None, "cancelled_at": None, "submit_ts": None,
@@ -352,7 +355,7 @@ def events_of(rows: list) -> list[Event]:
 
 
 def terminal(events: list[Event]) -> dict[str | None, Event]:
-    return {e.job: e for e in events if e.kind == "job_state" and e.attrs["state"] in slurm.TERMINAL}
+    return {e.job: e for e in events if e.kind == "job_state" and e.attrs["state"] in slurm_states.TERMINAL}
 
 
 @pytest.mark.parametrize(("kind", "text"), [("sacct", SACCT_P), ("sacct", SACCT_TABLE), ("scontrol_job", JOBCOMP),
@@ -529,7 +532,7 @@ def test_program_output_between_slurm_lines_is_counted_not_fatal():
     ("gpu-node-01", ["gpu-node-01"]), ("None assigned", []), ("(null)", []), ("", []),
 ])
 def test_expand_hostlist(text, hosts):
-    assert slurm.expand_hostlist(text) == hosts
+    assert _hostlist.expand_hostlist(text) == hosts
 
 
 @pytest.mark.parametrize(("text", "state", "flags"), [
@@ -539,7 +542,7 @@ def test_expand_hostlist(text, hosts):
     ("IDLE*", "IDLE", ["NOT_RESPONDING"]), ("DOWN+NOT_RESPONDING", "DOWN", ["NOT_RESPONDING"]),
 ])
 def test_node_state(text, state, flags):
-    assert slurm.node_state(text) == (state, flags)
+    assert slurm_states.node_state(text) == (state, flags)
 
 
 @pytest.mark.parametrize(("text", "state", "by"), [
@@ -548,13 +551,13 @@ def test_node_state(text, state, flags):
     ("NODE_FAIL", "NODE_FAIL", None), ("", None, None),
 ])
 def test_job_state(text, state, by):
-    assert slurm.job_state(text) == (state, by)
+    assert slurm_states.job_state(text) == (state, by)
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("00:01:27", 87), ("1-02:00:00", 93600), ("28:14", 1694),
                                                ("5", 300), ("UNLIMITED", None)])
 def test_parse_duration(text, seconds):
-    assert slurm.parse_duration(text) == seconds
+    assert slurm_states.parse_duration(text) == seconds
 
 
 # ============================================================== capture with a recorded runner
@@ -663,7 +666,7 @@ def test_capture_option_is_registered():
     parser = argparse.ArgumentParser()
     slurm.add_capture_arguments(parser)
     assert parser.parse_args(["--slurm-job", "12", "--slurm-job", "13"]).slurm_job == ["12", "13"]
-    assert slurm._job_options(["12,13", "x;rm"]) == ["12", "13"]
+    assert slurm_capture._job_options(["12,13", "x;rm"]) == ["12", "13"]
 
 
 # ============================================================== malformed input
@@ -704,7 +707,7 @@ def test_a_job_on_several_nodes_is_on_its_batch_host_and_names_every_node():
         "BatchHost=gpu-node-01\n", "BatchHost=gpu-node-02\n")
     failed = terminal(events_of(parse("scontrol", shown)))["4"]
     assert failed.host == "gpu-node-02" and failed.attrs["nodes"] == ["gpu-node-01", "gpu-node-02", "gpu-node-03"]
-    (one,) = slurm.job_events("7", "FAILED", nodes="node05", end=datetime(2026, 3, 14, tzinfo=timezone.utc))
+    (one,) = slurm_events.job_events("7", "FAILED", nodes="node05", end=datetime(2026, 3, 14, tzinfo=timezone.utc))
     assert one.host == "node05"
-    (big,) = slurm.job_events("8", "RUNNING", nodes="n[0001-1000]", start=datetime(2026, 3, 14, tzinfo=timezone.utc))
+    (big,) = slurm_events.job_events("8", "RUNNING", nodes="n[0001-1000]", start=datetime(2026, 3, 14, tzinfo=timezone.utc))
     assert big.host == "n0001" and len(big.attrs["nodes"]) == 1000 and big.attrs["nodes"][-1] == "n1000"

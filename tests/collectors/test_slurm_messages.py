@@ -9,8 +9,8 @@ import io
 from datetime import datetime, timezone
 
 from collectors import slurm
-from collectors._slurm_messages import daemon_message, reason_class
 from collectors.base import Event, ParseContext
+from collectors.slurm.messages import daemon_message, reason_class
 
 MTIME = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from collectors import storage
 from collectors.base import Event, HostFact, ParseContext, SeriesPoint, Skipped
+from collectors.storage import live_capture as storage_capture
+from collectors.storage import write_failures as storage_writes
 from tests.conftest import ingest_timeline, run_cli
 
 MTIME = datetime(2026, 11, 28, 10, 30, tzinfo=timezone.utc)
@@ -210,7 +212,7 @@ def _make_checkpoints(root: Path) -> None:
 
 def test_checkpoint_listing_last_good_and_partial_files(tmp_path: Path) -> None:
     _make_checkpoints(tmp_path / "ckpt")
-    listing = storage.checkpoint_listing(str(tmp_path / "ckpt"))
+    listing = storage_capture.checkpoint_listing(str(tmp_path / "ckpt"))
     assert listing is not None and storage.sniff("x", listing) == {"checkpoint_listing": 90}
     rows = _rows("checkpoint_listing", listing)
     good = _events(rows, "checkpoint_last_good")
@@ -269,10 +271,10 @@ def test_checkpoint_write_failures_with_errno_and_context() -> None:
 
 
 def test_write_failure_is_reusable_by_other_collectors() -> None:
-    found = storage.write_failure("RuntimeError: write(): fd 29 failed with Input/output error")
+    found = storage_writes.write_failure("RuntimeError: write(): fd 29 failed with Input/output error")
     assert found == {"error": "write(): fd 29 failed with Input/output error", "errno": "EIO", "file": None,
                      "checkpoint_api": True}
-    assert storage.write_failure("INFO step 100 loss 2.31") is None
+    assert storage_writes.write_failure("INFO step 100 loss 2.31") is None
 
 
 def test_since_boot_only_report_needs_an_extreme_await() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from collectors.base import LAYERS, SEVERITIES
 from collectors.framework import xid_catalog as xid_catalog
@@ -23,7 +22,7 @@ def test_every_required_xid_is_catalogued():
 
 
 def test_every_entry_is_complete_and_valid():
-    causes = set(yaml.safe_load((RULES / "causes.yaml").read_text()))
+    causes = {path.stem for path in (RULES / "causes").glob("*.yaml")}
     for code, info in catalog().items():
         assert info.name and info.meaning, code
         assert info.layer in LAYERS and info.severity in SEVERITIES, code

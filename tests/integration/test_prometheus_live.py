@@ -2,7 +2,7 @@
 
 One capture exercises both live paths: ``--prom-server``/``--query`` (query_range over the window)
 and ``--prom`` (scraping the exporter's /metrics directly). The histogram quantile Prometheus
-computes is compared with :func:`workbench.query.series.histogram_quantile` on the same buckets.
+computes is compared with :func:`workbench.query.series_math.histogram_quantile` on the same buckets.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.integration.prometheus_server import MODEL, PrometheusServer, vllm_page
-from workbench.query import series
+from workbench.query import series_math
 from workbench.store.bundle import Bundle
 
 pytestmark = pytest.mark.integration
@@ -67,7 +67,7 @@ def test_capture_reads_queue_spike_from_real_prometheus(prometheus_server: Prome
     assert json.loads(scraped[0][0])["instance"] == f"127.0.0.1:{prometheus_server.exporter_port}"
 
     buckets = [(0.05, 2), (0.1, 5), (0.5, 9), (1.0, 10), (float("inf"), 10)]
-    ours = series.histogram_quantile(0.75, buckets)
+    ours = series_math.histogram_quantile(0.75, buckets)
     assert ours == pytest.approx(0.35)  # rank 7.5 in (0.1, 0.5]: 0.1 + 0.4 * (7.5 - 5) / (9 - 5)
     assert quantiles and all(v == pytest.approx(ours) for (v,) in quantiles)
 

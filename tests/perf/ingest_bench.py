@@ -89,7 +89,7 @@ def _sample_tree_rss(pid: int, peak: list[int]) -> None:
 
 
 def grep_pattern() -> str:
-    from collectors.kernel import KEYWORDS
+    from collectors.kernel.prefilter import KEYWORDS
 
     return "|".join(re.sub(r"([][.\\^$*+?(){}|/])", r"\\\1", k.decode()) for k in KEYWORDS)
 
@@ -107,13 +107,14 @@ def store_only(path: Path, tmp: Path) -> float:
 
 
 def parse_only(path: Path, plain: bool = False) -> tuple[float, int]:
-    """The kernel parser alone; ``plain``: with no keyword narrowed (collectors/kernel.py NARROWED), the
+    """The kernel parser alone; ``plain``: with no keyword narrowed (collectors/kernel/prefilter.py NARROWED), the
     parser as it was before the narrowing, a baseline in the same run."""
     from collectors import kernel
     from collectors.base import Event, ParseContext
+    from collectors.kernel import prefilter
 
-    narrowed = kernel.NARROWED
-    kernel.NARROWED = () if plain else narrowed
+    narrowed = prefilter.NARROWED
+    prefilter.NARROWED = () if plain else narrowed
     try:
         began = time.perf_counter()
         ctx = ParseContext(host="gpu-node-017", reference_time=datetime(2025, 3, 2))
@@ -121,7 +122,7 @@ def parse_only(path: Path, plain: bool = False) -> tuple[float, int]:
             events = sum(1 for row in kernel.parse("syslog", f, ctx) if isinstance(row, Event))
         return time.perf_counter() - began, events
     finally:
-        kernel.NARROWED = narrowed
+        prefilter.NARROWED = narrowed
 
 
 def measure(log: Path, tmp: Path, name: str, baseline: bool = True) -> list[tuple[str, float, int | None, str]]:
@@ -164,7 +165,7 @@ def breakdown(log: Path, tmp: Path) -> list[tuple[str, float, int | None, str]]:
 
 def nccl_rows(tmp: Path, size_mb: int) -> tuple[float, list[tuple[str, float, int | None, str]]]:
     """gpuwb ingest, grep and sha256sum over 512 per-rank NCCL logs of ``size_mb`` MiB in all."""
-    from collectors.nccl import GREP_PATTERN
+    from collectors.nccl.prefilter import GREP_PATTERN
     from tests.data.nccl_multirank import write_job
 
     logs = tmp / "nccl"

@@ -4,7 +4,7 @@ Generates one log per rank (512 ranks on 64 hosts by default) in the real line f
 tests/data/nccl_multirank, mostly per-collective ``NCCL INFO`` lines and trainer lines as a long
 NCCL_DEBUG=INFO run writes them, with one straggler's watchdog timeout at the end; then times
 
-- ``grep -cE`` with the collector's own selection (``collectors.nccl.GREP_PATTERN``): the floor;
+- ``grep -cE`` with the collector's own selection (``collectors.nccl.prefilter.GREP_PATTERN``): the floor;
 - the collector's parser alone (``collectors.nccl.parse`` over every file, in a child process);
 - ``gpuwb ingest`` end to end (store the raw bytes, parse, derive), in a child process;
 
@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from collectors.nccl import GREP_PATTERN  # noqa: E402
+from collectors.nccl.prefilter import GREP_PATTERN  # noqa: E402
 from tests.data.nccl_multirank import write_job  # noqa: E402
 
 _PARSE_ONLY = """

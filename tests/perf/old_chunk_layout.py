@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from workbench.store import bundle
+from workbench.store import artifacts, chunks, connection, row_writer
 
 
 def _plain_connect(path: Path) -> duckdb.DuckDBPyConnection:
@@ -20,10 +20,10 @@ def _plain_connect(path: Path) -> duckdb.DuckDBPyConnection:
 
 
 def use_old_layout() -> None:
-    """Patch this process's workbench.store.bundle back to the former storage settings."""
-    bundle.CHUNK_BYTES = bundle.MAX_CHUNK_BYTES = bundle.STORE_BATCH_BYTES = 4 << 20
-    bundle.RowWriter.LIST_SLICE = bundle.RowWriter.BATCH = 50_000
-    bundle._connect_writable = _plain_connect
+    """Patch this process's bundle store (workbench/store/) back to the former storage settings."""
+    chunks.CHUNK_BYTES = chunks.MAX_CHUNK_BYTES = artifacts.STORE_BATCH_BYTES = 4 << 20
+    row_writer.RowWriter.LIST_SLICE = row_writer.RowWriter.BATCH = 50_000
+    connection._connect_writable = _plain_connect
 
 
 def main(argv: list[str]) -> int:

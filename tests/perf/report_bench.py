@@ -18,7 +18,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from workbench.postmortem import report
+from workbench.postmortem import render, report
 from workbench.store.bundle import Bundle
 
 T0 = datetime(2026, 3, 14, 8, 0, 0)
@@ -91,8 +91,8 @@ def main() -> None:
             group_s, _ = timed(lambda: bundle.con.execute(
                 "SELECT host, kind, count(*) FROM event GROUP BY ALL").fetchall())
             model_s, model = timed(lambda: report.build(bundle, analysis=analysis, causes={}))
-            md_s, md = timed(lambda: report.render(model, "md"))
-            html_s, html = timed(lambda: report.render(model, "html"))
+            md_s, md = timed(lambda: render.render(model, "md"))
+            html_s, html = timed(lambda: render.render(model, "html"))
             rows += [("baseline: SELECT count(*) FROM event", scan_s, ""),
                      ("baseline: GROUP BY host, kind (full scan)", group_s, ""),
                      ("report.build (SQL aggregates, verify)", model_s, f"{len(model['timeline'])} timeline rows"),

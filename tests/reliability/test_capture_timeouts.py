@@ -19,7 +19,8 @@ import pytest
 from collectors.base import Artifact
 from collectors.framework import registry
 from tests.reliability._capture_fakes import alive, kill, read_pids
-from workbench.capture.live import LiveContext, capture, spool_margin
+from workbench.capture.live import capture
+from workbench.capture.live_context import LiveContext, spool_margin
 from workbench.cli import build_parser
 from workbench.store.bundle import Bundle
 

@@ -32,7 +32,7 @@ from workbench.store import journal
 from workbench.store.bundle import Bundle
 from workbench.store.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
-from workbench.tui.screens.playbook import Node
+from workbench.tui.screens._playbook_text import Node
 from workbench.tui.text import clip, plain
 from workbench.tui.widgets import PlainLabel, PlainOptionList, PlainStatic, PlainTable, PlainTree, _cell
 

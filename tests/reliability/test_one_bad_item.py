@@ -26,6 +26,7 @@ import pytest
 
 from collectors import k8s, nvidia_smi, prometheus, slurm
 from collectors.base import Event, GpuInventory, ParseContext, SeriesPoint, Skipped
+from collectors.prometheus import exposition
 from tests.conftest import CORPUS
 from workbench.ingest.session import FileResult, ingest_paths
 from workbench.store.bundle import Bundle
@@ -213,7 +214,7 @@ def corpus_matrix() -> dict:
     for line in text.splitlines():
         if line.startswith("#") or not line.strip():
             continue
-        name, labels, value, _ = prometheus.parse_sample(line)
+        name, labels, value, _ = exposition.parse_sample(line)
         series.append({"metric": {"__name__": name, **labels},
                        "values": [[1753900000, str(value)], [1753900015, str(value)]]})
     assert len(series) >= 5, "the corpus sample changed"

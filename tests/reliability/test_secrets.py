@@ -32,7 +32,8 @@ from collectors.base import Artifact
 from collectors.framework import registry
 from collectors.framework.redact import MASK, redact_argv, redact_bytes, redact_env
 from tests.reliability.conftest import ROOT, gpuwb
-from workbench.capture.live import LiveContext, capture
+from workbench.capture.live import capture
+from workbench.capture.live_context import LiveContext
 from workbench.store.bundle import Bundle
 
 WORD = string.ascii_letters + string.digits + "-_.+~^%=!"

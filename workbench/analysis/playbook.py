@@ -1,9 +1,11 @@
 """Layered playbooks as data: load, validate and evaluate them against a bundle.
 
-The checks (playbooks/checks/) are SQL written once; training.yaml and inference.yaml choose
-them per layer, in the order a responder of that workload looks, with their own thresholds. The
-schema lives here, in code, as typed models: a playbook that names an unknown check, cause, layer
-or parameter is refused at load time with the file and field in the message.
+The checks (playbooks/checks/) are SQL written once; each check's ``runs_in`` says which
+workload's playbook runs it, at which place in its layer (the order a responder of that workload
+looks) and with which thresholds, so a new check is one entry in one file. training.yaml and
+inference.yaml hold only what is playbook-wide: the layers' order and focus, stage 0, recovery. The
+schema lives here, in code, as typed models: a check or playbook that names an unknown cause,
+layer, workload or parameter is refused at load time with the file and field in the message.
 """
 
 from __future__ import annotations
@@ -47,6 +49,15 @@ class PlaybookError(GpuwbError, ValueError):
 
 
 @dataclass(frozen=True)
+class Run:
+    """Where a workload's playbook runs a check: its place in the layer and its overrides."""
+
+    order: int
+    params: dict[str, Any] = field(default_factory=dict)
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
 class Check:
     """One question asked of the evidence, with the SQL that answers it."""
 
@@ -63,6 +74,8 @@ class Check:
     suspect: float = 0.3
     params: dict[str, Any] = field(default_factory=dict)
     weight: float = 1.0
+    runs_in: dict[str, Run] = field(default_factory=dict)
+    """workload -> where its playbook runs this check (none: the check is in no playbook)"""
     catalog: tuple[tuple[str, str], ...] = ()
     """(signature id, cause) of the catalog entries whose cause this check counts: in a playbook, each
     cause a signature names is counted by one check, the first of the cause's own layer that lists it"""
@@ -151,7 +164,7 @@ def parse_library(data: Any, name: str = "checks.yaml") -> tuple[dict[str, Check
     for cid, entry in data["checks"].items():
         where = f"{name}: check {cid}"
         _keys(where, entry, {"layer", "title", "question", "why", "sql", "causes", "verdict"},
-              {"needs", "role", "params"})
+              {"needs", "role", "params", "runs_in"})
         if entry["layer"] not in LAYERS:
             raise PlaybookError(f"{where}: layer {entry['layer']!r} is not one of {', '.join(LAYERS)}")
         cause_ids = entry["causes"]
@@ -159,7 +172,7 @@ def parse_library(data: Any, name: str = "checks.yaml") -> tuple[dict[str, Check
             raise PlaybookError(f"{where}: causes must be a non-empty list")
         unknown = [c for c in cause_ids if c not in causes]
         if unknown:
-            raise PlaybookError(f"{where}: unknown cause id(s) {', '.join(unknown)} (see causes.yaml)")
+            raise PlaybookError(f"{where}: unknown cause id(s) {', '.join(unknown)} (see rules/causes/)")
         needs = entry.get("needs") or []
         bad = [n for n in needs if not isinstance(n, str) or not _NEED.match(n)]
         if bad:
@@ -179,8 +192,34 @@ def parse_library(data: Any, name: str = "checks.yaml") -> tuple[dict[str, Check
         checks[cid] = Check(id=cid, layer=entry["layer"], title=_text(where, entry, "title"),
                             question=_text(where, entry, "question"), why=_text(where, entry, "why"), sql=sql,
                             causes=tuple(cause_ids), needs=tuple(needs), role=role, fault=float(verdict["fault"]),
-                            suspect=float(verdict["suspect"]), params=params)
+                            suspect=float(verdict["suspect"]), params=params,
+                            runs_in=_runs_in(where, entry.get("runs_in"), params))
     return checks, _text(f"{name}: symptoms", symptoms, "sql").rstrip(";")
+
+
+def _runs_in(where: str, value: Any, defaults: dict[str, Any]) -> dict[str, Run]:
+    """A check's ``runs_in``: workload -> {order, params (overrides of the check's own), weight}."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise PlaybookError(f"{where}: runs_in must map workloads to {{order, params, weight}}")
+    runs = {}
+    for workload, spec in value.items():
+        at = f"{where}: runs_in.{workload}"
+        if workload not in WORKLOADS:
+            raise PlaybookError(f"{at}: workload must be one of {', '.join(WORKLOADS)}")
+        _keys(at, spec, {"order"}, {"params", "weight"})
+        if not isinstance(spec["order"], int) or isinstance(spec["order"], bool):
+            raise PlaybookError(f"{at}: order must be a whole number (its place in the layer, lowest first)")
+        over = _params(at, spec.get("params"))
+        unknown = set(over) - set(defaults)
+        if unknown:
+            raise PlaybookError(f"{at}: the check has no parameter(s) {', '.join(sorted(unknown))}")
+        weight = spec.get("weight", 1.0)
+        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not 0 < weight <= 2:
+            raise PlaybookError(f"{at}: weight must be in (0, 2]")
+        runs[workload] = Run(order=spec["order"], params=over, weight=float(weight))
+    return runs
 
 
 def _steps(where: str, value: Any) -> tuple[Step, ...]:
@@ -203,7 +242,8 @@ def _steps(where: str, value: Any) -> tuple[Step, ...]:
 
 
 def parse_playbook(data: Any, library: dict[str, Check], symptoms_sql: str, name: str) -> Playbook:
-    """A workload playbook, its checks resolved against the library with per-workload overrides."""
+    """A workload playbook: its layers run the library's checks whose ``runs_in`` names the workload,
+    in their ``order``, with its overrides."""
     data = _keys(name, data, {"workload", "title", "stage0", "layers", "recover"}, {"params"})
     if data["workload"] not in WORKLOADS:
         raise PlaybookError(f"{name}: workload must be one of {', '.join(WORKLOADS)}")
@@ -218,31 +258,21 @@ def parse_playbook(data: Any, library: dict[str, Check], symptoms_sql: str, name
             != list(LAYERS):
         raise PlaybookError(f"{name}: layers must be the five layers in order: {', '.join(LAYERS)}")
     plans = []
+    workload = data["workload"]
     for entry in layers:
         where = f"{name}: layer {entry['layer']}"
-        _keys(where, entry, {"layer", "focus", "checks"}, set())
-        if not isinstance(entry["checks"], list) or not entry["checks"]:
-            raise PlaybookError(f"{where}: checks must be a non-empty list")
-        resolved = []
-        for ref in entry["checks"]:
-            _keys(f"{where}: check", ref, {"check"}, {"params", "weight"})
-            base = library.get(ref["check"])
-            if base is None:
-                raise PlaybookError(f"{where}: unknown check {ref['check']!r} (see playbooks/checks/)")
-            if base.layer != entry["layer"]:
-                raise PlaybookError(f"{where}: check {base.id} belongs to layer {base.layer}")
-            over = _params(f"{where}: check {base.id}", ref.get("params"))
-            unknown = set(over) - set(base.params)
-            if unknown:
-                raise PlaybookError(f"{where}: check {base.id} has no parameter(s) {', '.join(sorted(unknown))}")
-            weight = ref.get("weight", 1.0)
-            if not isinstance(weight, (int, float)) or not 0 < weight <= 2:
-                raise PlaybookError(f"{where}: check {base.id}: weight must be in (0, 2]")
-            resolved.append(replace(base, params={**base.params, **over}, weight=float(weight)))
-        ids = [c.id for c in resolved]
-        if len(set(ids)) != len(ids):
-            raise PlaybookError(f"{where}: a check is listed twice")
-        plans.append(LayerPlan(layer=entry["layer"], focus=_text(where, entry, "focus"), checks=tuple(resolved)))
+        _keys(where, entry, {"layer", "focus"}, set())
+        runs = sorted(((c.runs_in[workload].order, c.id, c) for c in library.values()
+                       if c.layer == entry["layer"] and workload in c.runs_in), key=lambda r: r[:2])
+        if not runs:
+            raise PlaybookError(f"{where}: no check of the layer runs in {workload} "
+                                f"(give one 'runs_in: {{{workload}: {{order: N}}}}' in playbooks/checks/)")
+        for (order, a, _), (same, b, _) in zip(runs, runs[1:]):
+            if order == same:
+                raise PlaybookError(f"{where}: checks {a} and {b} both have runs_in.{workload}.order {order}")
+        resolved = tuple(replace(c, params={**c.params, **c.runs_in[workload].params},
+                                 weight=c.runs_in[workload].weight) for _, _, c in runs)
+        plans.append(LayerPlan(layer=entry["layer"], focus=_text(where, entry, "focus"), checks=resolved))
     plans = _home_signature_causes(plans)
     return Playbook(workload=data["workload"], title=_text(name, data, "title"), params=params,
                     stage0=_steps(f"{name}: stage0", data["stage0"]), layers=tuple(plans),

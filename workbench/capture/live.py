@@ -4,15 +4,10 @@ A GPU that fell off the bus makes NVML calls hang inside the driver, where no th
 interrupted, so each collector runs in a forked child in its own session: at its deadline the child
 and every process it started are killed and what it already spooled is kept. Each command a
 collector runs gets at most what is left of that deadline, less a margin to spool its output, so a
-command cut short keeps what it printed.
+command cut short keeps what it printed (workbench/capture/live_context.py: what a collector calls).
 
-No process outlives the capture. Commands run in sessions of their own and may daemonize, which a
-process-group kill misses, so capture works by ancestry instead: the capture process and each
-collector child are child subreapers (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``, no privileges
-needed), an orphaned descendant is reparented to them rather than to init, and a kill stops the
-whole tree found in /proc (stopped processes cannot fork) before it kills it. This needs neither
-root nor a delegated cgroup. A process stuck in the kernel (state D) dies only when it leaves it:
-capture waits a bounded time and names it.
+No process outlives the capture: the capture process and each collector child are child subreapers,
+and a kill takes the whole tree below a process (workbench/capture/processes.py).
 
 The bundle is written to a temporary file, checkpointed (DuckDB keeps rows in ``BUNDLE.wal`` until
 then), read back sealed and only then renamed onto the output. Ctrl-C, SIGTERM and SIGHUP leave a
@@ -23,15 +18,12 @@ spooled evidence and the partial bundle where the error line says.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import multiprocessing
 import os
-import selectors
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,32 +37,16 @@ from typing import Any
 
 import duckdb
 
-from collectors.base import Artifact
 from collectors.framework import registry
-from collectors.framework.redact import redact_argv, redact_bytes
+from workbench.capture.live_context import LiveContext, redact_file, spool_margin
+from workbench.capture.processes import KILL_WAIT_S, become_subreaper, children, kill_tree, reap_strays
 from workbench.errors import GpuwbError, as_interrupt, interrupt_for
 from workbench.ingest.derive import run_derivations
 from workbench.ingest.session import FileResult, Session
 from workbench.store.bundle import Bundle, BundleError
 
-DEFAULT_MAX_BYTES = 256 << 20
 STATUSES = ("ok", "partial", "unavailable", "timeout", "denied", "error", "skipped")
-SPOOL_MARGIN_S = 2.0
-"""Time kept back from a collector's deadline for spooling (and redacting) what its last command
-printed, and for the little work it does besides commands: its commands must end this much before it
-is killed. Half the budget when that is shorter (``--timeout-scale 0.1``)."""
-MIN_COMMAND_S = 0.1
-"""A command with less time than this left before its collector's deadline is not started."""
-KILL_WAIT_S = 3.0
-"""How long a kill waits for the processes it killed to be gone (one stuck in the kernel may never go)."""
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-PR_SET_CHILD_SUBREAPER = 36
-PR_GET_CHILD_SUBREAPER = 37
-
-
-def spool_margin(budget: float) -> float:
-    """How long before a collector's deadline (``budget`` seconds after its start) its commands must end."""
-    return min(SPOOL_MARGIN_S, budget / 2)
 
 
 class CaptureWriteError(GpuwbError):
@@ -111,315 +87,6 @@ class CollectorOutcome:
     results: list[FileResult] = field(default_factory=list)
 
 
-class LiveContext:
-    """The capture context a collector sees inside its child process; everything it captures is
-    spooled to disk at once, so a collector killed at its deadline keeps what it had.
-
-    ``deadline`` (a ``time.monotonic()`` value) is when the collector's commands must have ended:
-    :meth:`run` gives each command at most what is left of it, whatever timeout the collector asked for."""
-
-    def __init__(self, spool: Path, host: str, since: datetime | None, options: dict[str, Any],
-                 redact: bool, *, deadline: float | None = None) -> None:
-        self.spool = spool
-        self.host = host
-        self.since = since
-        self.options = options
-        self.redact = redact
-        self.deadline = deadline
-        self._n = 0
-        self._manifest = open(spool / "manifest.jsonl", "a", buffering=1)
-
-    def _new_path(self) -> Path:
-        self._n += 1
-        return self.spool / f"{self._n:04d}.bin"
-
-    def _note(self, record: dict[str, Any]) -> None:
-        """Provenance is scrubbed like the bytes: a URL given as ``--prom https://user:pw@host`` ends up
-        in a source name, an ``info`` field and the coverage reasons too."""
-        self._manifest.write(json.dumps(_scrub(record) if self.redact else record, default=str) + "\n")
-
-    def which(self, name: str) -> str | None:
-        return shutil.which(name)
-
-    def missing(self, what: str, reason: str) -> None:
-        self._note({"missing": what, "reason": reason})
-
-    def time_left(self, timeout: float | None) -> float | None:
-        """The limit a command started now gets: ``timeout`` clamped to what is left before the
-        collector's deadline (None: neither limits it)."""
-        if self.deadline is None:
-            return timeout
-        left = self.deadline - time.monotonic()
-        return left if timeout is None else min(timeout, left)
-
-    def run(self, argv: list[str], *, kind: str, timeout: float | None = None,
-            max_bytes: int | None = None) -> Artifact:
-        """Run a command (never through a shell), capturing stdout verbatim up to ``max_bytes`` and
-        the start of stderr. At its limit (see :meth:`time_left`) or its byte cap the command and
-        everything it started are killed; what it printed is kept either way. Whatever it left
-        running after it ended (a daemon) is killed too."""
-        cap = max_bytes or DEFAULT_MAX_BYTES
-        path = self._new_path()
-        started = time.monotonic()
-        # the argv judged as one command line (``--password x`` across two words), not word by word as _note would
-        shown = redact_argv(argv) if self.redact else argv
-        info: dict[str, Any] = {"argv": shown, "started_at": datetime.now(timezone.utc)}
-        exe = self.which(argv[0])
-        limit = self.time_left(timeout)
-        if exe is None or (limit is not None and limit < MIN_COMMAND_S):
-            if exe is None:
-                info.update(exit_code=None, error="command not found")
-            else:
-                info.update(exit_code=None, timed_out=True, bytes=0,
-                            error="not started: no time left before the collector's deadline")
-            path.write_bytes(b"")
-            return Artifact(source=" ".join(argv), kind=kind, path=str(path), host=self.host, info=info)
-        if limit is not None and (timeout is None or limit < timeout):
-            info["timeout_s"] = round(limit, 3)  # clamped: the collector asked for more than it had left
-        env = dict(os.environ, LC_ALL="C", LANG="C")
-        before = _children()
-        with open(path, "wb", buffering=0) as out:  # unbuffered: a collector killed mid-command keeps it all
-            proc = subprocess.Popen(argv, executable=exe, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-            try:
-                # should the collector be killed while this runs (an interrupt), the parent stores what it printed
-                self._note({"running": {"source": " ".join(argv), "kind": kind, "path": str(path), "argv": shown,
-                                        "started_at": info["started_at"]}})
-                written, err, truncated, timed_out = _pump(proc, out, cap, None if limit is None else started + limit)
-            finally:
-                if proc.poll() is None:
-                    kill_tree(proc.pid)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=KILL_WAIT_S)
-                for pipe in (proc.stdout, proc.stderr):
-                    if pipe is not None:
-                        pipe.close()
-                reap_strays(before)  # what the command left behind, reparented to this subreaper
-        info.update(exit_code=proc.returncode, duration_s=round(time.monotonic() - started, 3),
-                    truncated=truncated, timed_out=timed_out, bytes=written,
-                    stderr=err.decode("utf-8", "replace"))
-        self._note({"ran": str(path)})
-        return Artifact(source=" ".join(argv), kind=kind, path=str(path), host=self.host, info=info)
-
-    def read_file(self, path: str, *, kind: str, max_bytes: int | None = None,
-                  tail: bool = False) -> Artifact | None:
-        """Copy a file verbatim (up to ``max_bytes``: its start, or with ``tail`` its end, where an
-        incident sits in a long log); None and a coverage note when unreadable."""
-        cap = max_bytes or DEFAULT_MAX_BYTES
-        dest = self._new_path()
-        offset = 0
-        try:
-            st = os.stat(path)
-            with open(path, "rb") as src, open(dest, "wb") as out:
-                if tail and st.st_size > cap:
-                    offset = st.st_size - cap
-                    src.seek(offset)
-                written = 0
-                while written < cap:
-                    block = src.read(min(1 << 20, cap - written))
-                    if not block:
-                        break
-                    out.write(block)
-                    written += len(block)
-                truncated = bool(src.read(1))
-        except PermissionError:
-            self.missing(path, "denied: permission denied")
-            return None
-        except OSError as exc:
-            self.missing(path, f"unavailable: {exc.strerror or exc}")
-            return None
-        info = {"path": path, "mtime": datetime.fromtimestamp(st.st_mtime, tz=timezone.utc),
-                "truncated": truncated or offset > 0, "bytes": written, "offset": offset, "size": st.st_size}
-        return Artifact(source=path, kind=kind, path=str(dest), host=self.host, info=info)
-
-    def emit(self, artifact: Artifact) -> None:
-        """Spool one artifact yielded by the collector (data in memory or a spooled file)."""
-        if artifact.path is None:
-            path = self._new_path()
-            path.write_bytes(artifact.data or b"")
-            artifact.path = str(path)
-        if self.redact:
-            masked = _redact_file(Path(artifact.path))
-            if masked:
-                artifact.info["redacted_values"] = masked
-        self._note({"artifact": {"source": artifact.source, "kind": artifact.kind, "path": artifact.path,
-                                 "host": artifact.host or self.host,
-                                 "captured_at": artifact.captured_at or datetime.now(timezone.utc),
-                                 "info": artifact.info}})
-
-
-    def close(self) -> None:
-        self._manifest.close()
-
-
-def _pump(proc: subprocess.Popen[bytes], out: Any, cap: int,
-          deadline: float | None) -> tuple[int, bytes, bool, bool]:
-    """Copy the command's stdout to ``out`` (up to ``cap`` bytes) and keep the first 2000 bytes of
-    its stderr, reading both so that neither pipe fills and blocks it. Ends at the deadline, at the
-    cap, or soon after the command exits (a descendant still holding the pipes does not hold us).
-    Returns (bytes written, stderr, truncated, timed out)."""
-    written = 0
-    err = b""
-    truncated = timed_out = False
-    ended_at: float | None = None
-    with selectors.DefaultSelector() as sel:
-        assert proc.stdout is not None and proc.stderr is not None
-        sel.register(proc.stdout, selectors.EVENT_READ, "out")
-        sel.register(proc.stderr, selectors.EVENT_READ, "err")
-        while sel.get_map():
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                timed_out = True
-                break
-            if ended_at is not None and now - ended_at > 0.5:
-                break
-            wait = 0.1 if deadline is None else max(0.0, min(0.1, deadline - now))
-            events = sel.select(timeout=wait)
-            for key, _ in events:
-                chunk = os.read(key.fd, 1 << 20)
-                if not chunk:
-                    sel.unregister(key.fileobj)
-                elif key.data == "err":
-                    err += chunk[:max(0, 2000 - len(err))]
-                else:
-                    room = cap - written
-                    out.write(chunk[:room])
-                    written += min(len(chunk), room)
-                    truncated = written >= cap
-            if truncated:
-                break
-            if ended_at is None and proc.poll() is not None:
-                ended_at = time.monotonic()
-            elif ended_at is not None and not events:
-                break
-        if not sel.get_map() and not timed_out and not truncated:
-            # both pipes closed: wait for the exit status, still within the deadline
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                proc.wait(timeout=left)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-    return written, err, truncated, timed_out
-
-
-# -- processes: nothing a collector starts outlives it -------------------------------------------
-def _prctl(option: int, value: int) -> int | None:
-    """``prctl(2)``; None where there is none (not Linux) or it refused."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if option == PR_GET_CHILD_SUBREAPER:
-            flag = ctypes.c_int(0)
-            return int(flag.value) if libc.prctl(option, ctypes.byref(flag), 0, 0, 0) == 0 else None
-        return 0 if libc.prctl(option, value, 0, 0, 0) == 0 else None
-    except (OSError, AttributeError):
-        return None
-
-
-def become_subreaper(on: bool = True) -> bool | None:
-    """Make this process a child subreaper (orphans of its descendants are reparented to it, not to
-    init); returns what it was before, None where that cannot be set."""
-    before = _prctl(PR_GET_CHILD_SUBREAPER, 0)
-    if before is None or _prctl(PR_SET_CHILD_SUBREAPER, int(on)) is None:
-        return None
-    return bool(before)
-
-
-def _process_table() -> dict[int, tuple[int, str]] | None:
-    """pid -> (parent pid, state) of every process, from /proc; None where there is no /proc."""
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return None
-    table: dict[int, tuple[int, str]] = {}
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                fields = f.read().rpartition(b")")[2].split()  # the command name may hold spaces and ')'
-            table[int(name)] = (int(fields[1]), fields[0].decode())
-        except (OSError, IndexError, ValueError):
-            continue  # it ended while we looked
-    return table
-
-
-def _descendants(root: int, table: dict[int, tuple[int, str]]) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found: set[int] = set()
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def _signal(pid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signum)
-
-
-def kill_tree(root: int, *, include_root: bool = True) -> set[int]:
-    """SIGKILL ``root`` and every process below it, also those in sessions of their own. The tree is
-    stopped first, walk after walk until no new process shows up (a stopped process cannot fork,
-    and with subreapers an orphan stays in the tree), then killed. Returns the pids killed."""
-    table = _process_table()
-    if table is None:  # no /proc: the process group is all that can be reached
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(root, signal.SIGKILL)
-        return {root}
-    stopped: set[int] = set()
-    for _ in range(64):
-        found = _descendants(root, table) | ({root} if include_root and root in table else set())
-        new = {pid for pid in found - stopped if table[pid][1] != "Z"}
-        if not new:
-            break
-        for pid in new:
-            _signal(pid, signal.SIGSTOP)
-        stopped |= new
-        table = _process_table() or {}
-    for pid in stopped:
-        _signal(pid, signal.SIGKILL)
-    return stopped
-
-
-def _children(table: dict[int, tuple[int, str]] | None = None) -> set[int]:
-    """This process's children: /proc/self/task/*/children (one read per thread), else the table."""
-    me = os.getpid()
-    if table is None:
-        try:
-            found: set[int] = set()
-            for task in os.listdir(f"/proc/{me}/task"):
-                with open(f"/proc/{me}/task/{task}/children") as f:
-                    found.update(int(pid) for pid in f.read().split())
-            return found
-        except (OSError, ValueError):
-            table = _process_table() or {}
-    return {pid for pid, (ppid, _) in table.items() if ppid == me}
-
-
-def reap_strays(keep: set[int], wait_s: float = KILL_WAIT_S) -> list[int]:
-    """Kill every child of this process not in ``keep`` (and all below it), reap them, and keep at it
-    while killed descendants are reparented here. Returns the pids still there after ``wait_s`` (stuck
-    in the kernel). Never waits on a pid in ``keep``: those are someone else's to reap."""
-    strays = _children() - keep
-    if not strays:
-        return []
-    give_up = time.monotonic() + wait_s
-    while True:
-        for pid in strays:
-            kill_tree(pid)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-        strays = _children() - keep
-        if not strays or time.monotonic() > give_up:
-            return sorted(strays)
-        time.sleep(0.01)
-
-
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP wait while a fork or a kill is under way: a second Ctrl-C must not
@@ -450,24 +117,6 @@ def _say(text: str) -> None:
     """A line on stderr that may find no terminal (SIGHUP: it was closed): never fatal."""
     with contextlib.suppress(OSError, ValueError):
         print(text, file=sys.stderr, flush=True)
-
-
-def _scrub(value: Any) -> Any:
-    if isinstance(value, str):
-        return redact_bytes(value.encode("utf-8", "surrogateescape"))[0].decode("utf-8", "surrogateescape")
-    if isinstance(value, dict):
-        return {k: _scrub(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_scrub(v) for v in value]
-    return value
-
-
-def _redact_file(path: Path) -> int:
-    data = path.read_bytes()
-    scrubbed, count = redact_bytes(data)
-    if count:
-        path.write_bytes(scrubbed)
-    return count
 
 
 def _child(module_name: str, spool: str, host: str, since: datetime | None, options: dict[str, Any],
@@ -665,7 +314,7 @@ def _run_children(modules: list[ModuleType], spool_root: Path, host: str, since:
     ctx = multiprocessing.get_context("fork")
     running: dict[str, tuple[Any, float, float]] = {}
     started: list[Any] = []
-    keep = _children()  # the caller's own children, not ours to kill
+    keep = children()  # the caller's own children, not ours to kill
     was_subreaper = become_subreaper()
     try:
         for module in modules:
@@ -792,7 +441,7 @@ def _store_cut_command(session: Session, module: ModuleType, host: str, command:
     info: dict[str, Any] = {"argv": command["argv"], "started_at": command["started_at"], "exit_code": None,
                             "timed_out": True, "bytes": size, "cut": "its collector was stopped while it ran"}
     if redact:
-        masked = _redact_file(path)
+        masked = redact_file(path)
         if masked:
             info["redacted_values"] = masked
     return session.store_and_parse(lambda: open(path, "rb"), name=command["source"], kind=command["kind"],

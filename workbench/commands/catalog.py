@@ -71,7 +71,7 @@ def skeletons(groups: list[dict[str, Any]]) -> str:
             "    kind: todo  # a kind of collectors/catalog/events.yaml",
             f"    layer: {g['layer']}",
             "    severity: error",
-            "    cause: todo  # a cause of rules/causes.yaml, or remove",
+            "    cause: todo  # a cause id of rules/causes/, or remove",
             f"    meaning: {json.dumps('todo: what it means for the responder')}",
             f"    anchors: [{json.dumps(anchor)}]",
             f"    regex: {json.dumps(regex)}",

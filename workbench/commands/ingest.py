@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from workbench.ingest.session import STORED, check_inputs, ingest_paths
-    from workbench.store.bundle import Bundle, BundleWriteError, remove_files
+    from workbench.store.bundle import Bundle, BundleWriteError
+    from workbench.store.connection import remove_files
 
     boot = parse_instant(args.boot_time) if args.boot_time else None
     check_inputs(args.paths, args.kind)  # before open_or_create: a mistyped path leaves no empty bundle

@@ -62,7 +62,8 @@ def output_format(fmt: str | None, output: str | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from workbench.fleet.history import History, history_dir
-    from workbench.postmortem.report import build, render
+    from workbench.postmortem.render import render
+    from workbench.postmortem.report import build
     from workbench.prevention import isolation
     from workbench.prevention.baseline import load as load_baseline
     from workbench.prevention.rules_test import rule_files, test_file_name

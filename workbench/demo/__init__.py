@@ -22,6 +22,7 @@ from workbench.demo import inference, training
 from workbench.errors import UsageError
 from workbench.ingest.session import ingest_paths
 from workbench.postmortem import report
+from workbench.postmortem.render import render
 from workbench.store import journal
 from workbench.store.bundle import Bundle
 
@@ -101,8 +102,8 @@ def run_scenario(scenario: Scenario, out: Path, *, analyze: Callable[[Bundle], d
         result = analyze(bundle)
         model = report.build(bundle, analysis=result, generated_at=generated_at)
     markdown, html = root / "postmortem.md", root / "postmortem.html"
-    markdown.write_text(report.render(model, "md"), encoding="utf-8")
-    html.write_text(report.render(model, "html"), encoding="utf-8")
+    markdown.write_text(render(model, "md"), encoding="utf-8")
+    html.write_text(render(model, "html"), encoding="utf-8")
     return DemoResult(scenario.name, evidence, path, markdown, html, result, time.monotonic() - started)
 
 

@@ -29,7 +29,8 @@ from collectors.base import normalize_pci
 from workbench import __version__
 from workbench.errors import GpuwbError
 from workbench.store import gpu_identity, journal
-from workbench.store.bundle import Bundle, utc_naive
+from workbench.store.bundle import Bundle
+from workbench.store.row_columns import utc_naive
 from workbench.times import iso, parse_iso
 
 HISTORY_ENV = "GPUWB_HISTORY"

@@ -30,7 +30,8 @@ import duckdb
 
 from workbench.ingest.derive import run_derivations
 from workbench.store import schema
-from workbench.store.bundle import Bundle, BundleError, remove_files
+from workbench.store.bundle import Bundle, BundleError
+from workbench.store.connection import remove_files
 from workbench.store.schema import EVIDENCE_TABLES
 
 BATCH = 32

@@ -32,7 +32,7 @@ from workbench.ingest.artifact_rows import HostClocks, ParseRequest, ParseSummar
 from workbench.store.row_columns import prepared
 
 if TYPE_CHECKING:
-    from workbench.store.bundle import RowWriter
+    from workbench.store.row_writer import RowWriter
 
 FRAME = struct.Struct("<Q")
 ROWS_PER_FRAME = 2000
@@ -262,12 +262,13 @@ def _worker_env() -> dict[str, str]:
 def _preload() -> None:
     """Import the parsers of big files and load the catalogs before the first job: the ingest process is
     still sniffing its inputs then, so this costs no wall time (every parser would cost ~15 MB more).
-    Here, and only here, the kernel parser may map the files it reads (collectors/kernel.py MAP_FILES)."""
+    Here, and only here, the kernel parser may map the files it reads (collectors/kernel/blocks.py MAP_FILES)."""
     from collectors import kernel, nccl  # noqa: F401  (the parsers of big files; the others on demand)
     from collectors.framework.signatures import catalog
+    from collectors.kernel import blocks
 
     catalog()
-    kernel.MAP_FILES = True
+    blocks.MAP_FILES = True
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """The bundle's own samples and events as Prometheus series on one evaluation grid, and the few
-PromQL forms the monitoring templates (rules/alerts.yaml) are written in, evaluated as
+PromQL forms the monitoring templates (the causes' alerts:, rules/causes/) are written in, evaluated as
 Prometheus 2.x evaluates them.
 
 Why both: a rule is only worth leaving behind if it would have fired on this incident, and the
@@ -40,7 +40,7 @@ from typing import Any
 
 from workbench.capture.recorder.metrics import EVENT_LABELS as EVENT_LABELS
 from workbench.capture.recorder.metrics import METRIC, event_labels
-from workbench.query.series import histogram_quantile
+from workbench.query.series_math import histogram_quantile
 from workbench.store.bundle import Bundle
 
 STEP = timedelta(minutes=1)

@@ -1,6 +1,6 @@
-"""Alert rules that would have caught the incident: the monitoring templates of its causes
-(rules/alerts.yaml) with thresholds set from the incident's own pre-incident baseline, replayed
-over the bundle's samples to say when each would have fired and how long before detection.
+"""Alert rules that would have caught the incident: the monitoring templates of its causes (the
+``alerts:`` of rules/causes/<cause_id>.yaml) with thresholds set from the incident's own pre-incident
+baseline, replayed over the bundle's samples to say when each would have fired and how long before detection.
 
 A postmortem's monitoring action item is only worth something if it is a rule someone can load and
 if it would have fired; this module writes the rule file and states that lead time, and
@@ -17,9 +17,7 @@ from typing import Any
 
 import yaml
 
-import rules
-from collectors.catalog import package_text
-from workbench.analysis.causes import CatalogError, load_causes
+from workbench.analysis.causes import CatalogError, cause_file, cause_sections, load_causes
 from workbench.prevention import alert_replay
 from workbench.prevention.alert_replay import Expr, Labels, Replay
 from workbench.store.bundle import Bundle
@@ -38,7 +36,7 @@ _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
 
 @dataclass(frozen=True)
 class Template:
-    """One monitoring template of rules/alerts.yaml."""
+    """One monitoring template: a rule of a cause's ``alerts:`` (rules/causes/FORMAT.md)."""
 
     cause: str
     alert: str
@@ -123,38 +121,38 @@ def parse_duration(text: str) -> timedelta:
 def validate_templates(data: Any, cause_ids: set[str]) -> tuple[dict[str, list[Template]], dict[str, str]]:
     """(cause -> templates, cause -> why nothing measures it), or CatalogError naming what is wrong."""
     if not isinstance(data, dict) or not isinstance(data.get("rules"), dict):
-        raise CatalogError("alerts.yaml: top level needs rules: (cause id -> list of rules)")
+        raise CatalogError("alert rules: need rules: (cause id -> list of rules)")
     unmeasured = {str(k): str(v) for k, v in (data.get("unmeasured") or {}).items()}
     out: dict[str, list[Template]] = {}
     names: set[str] = set()
     for cause, items in data["rules"].items():
-        where = f"alerts.yaml: {cause}"
+        at = f"{cause_file(cause)}: alerts"
         if cause not in cause_ids:
-            raise CatalogError(f"{where}: not a cause of causes.yaml")
+            raise CatalogError(f"{at}: not a cause of the catalog")
         if not isinstance(items, list) or not items:
-            raise CatalogError(f"{where}: must be a non-empty list of rules")
+            raise CatalogError(f"{at}: must be a non-empty list of rules")
         for item in items:
             if not isinstance(item, dict) or not {"alert", "expr", "series", "for", "severity",
                                                   "summary"} <= set(item) or set(item) - _TEMPLATE_KEYS:
-                raise CatalogError(f"{where}: each rule needs alert, expr, series, for, severity, summary "
+                raise CatalogError(f"{at}: each rule needs alert, expr, series, for, severity, summary "
                                    f"(and may have match, threshold)")
             t = Template(cause=cause, alert=str(item["alert"]), expr=str(item["expr"]),
                          series=tuple(str(s) for s in item["series"]), match=str(item.get("match") or ""),
                          threshold=dict(item.get("threshold") or {}), hold=str(item["for"]),
                          severity=str(item["severity"]), summary=" ".join(str(item["summary"]).split()))
             if t.alert in names:
-                raise CatalogError(f"{where}: alert name {t.alert} used twice")
+                raise CatalogError(f"{at}: alert name {t.alert} used twice")
             names.add(t.alert)
             try:
                 parse_duration(t.hold)
                 alert_replay.parse(render_expr(t, t.series[0], 0.0))
             except ValueError as exc:
-                raise CatalogError(f"{where}: {t.alert}: {exc}") from None
-            _check_threshold(t, where)
+                raise CatalogError(f"{at}: {t.alert}: {exc}") from None
+            _check_threshold(t, at)
             out.setdefault(cause, []).append(t)
     both = sorted(set(out) & set(unmeasured))
     if both:
-        raise CatalogError(f"alerts.yaml: {', '.join(both)} both have rules and are listed as unmeasured")
+        raise CatalogError(f"{cause_file(both[0])}: has alerts and is unmeasured ({', '.join(both)})")
     return out, unmeasured
 
 
@@ -171,7 +169,7 @@ def _check_threshold(t: Template, where: str) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _load() -> tuple[dict[str, list[Template]], dict[str, str]]:
-    data = yaml.load(package_text(rules, "alerts.yaml"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    data = {"rules": cause_sections("alerts"), "unmeasured": cause_sections("unmeasured")}
     return validate_templates(data, set(load_causes()))
 
 
@@ -309,7 +307,7 @@ def rules_yaml(the_plan: Plan, group: str) -> str:
     rules = [{"alert": r.template.alert, "expr": r.expr, "for": r.hold, "labels": r.labels,
               "annotations": r.annotations} for r in the_plan.rules]
     doc = {"groups": [{"name": group, "rules": rules}]}
-    head = (f"# Written by gpuwb report --rules: the monitoring templates (rules/alerts.yaml) of "
+    head = (f"# Written by gpuwb report --rules: the monitoring templates (rules/causes/*.yaml alerts) of "
             f"{', '.join(the_plan.causes) or 'no cause'},\n"
             "# thresholds from the incident's pre-incident baseline (annotation 'threshold'; docs/alerts.md).\n")
     return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=True)

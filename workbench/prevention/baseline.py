@@ -44,7 +44,7 @@ SUPPORTS = {"pcie_link_down": "pcie_link_degraded", "nvlink_down": "nvlink_error
             "nvlink_topology_changed": "nvlink_error",
             "nvlink_speed_down": "nvlink_error", "version_changed": "driver_stack_mismatch",
             "vbios_changed": "driver_stack_mismatch"}
-"""Drift kind -> the cause id (rules/causes.yaml) it is evidence for."""
+"""Drift kind -> the cause id (rules/causes/) it is evidence for."""
 NO_HOST = ""
 _PCI = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 

@@ -1,5 +1,6 @@
 """Isolation and change rules: what an operator applies after a postmortem whose cause is a bad node,
-a bad GPU, a noisy neighbour or a bad release (rules/isolation.yaml).
+a bad GPU, a noisy neighbour or a bad release (the templates of rules/isolation.yaml, chosen per cause
+by the ``isolation:`` of rules/causes/<cause_id>.yaml).
 
 The rules are filled in for the analysis' top causes and their places: Slurm and kubectl commands,
 Kubernetes objects and change-freeze records. Values come from evidence (host names, bus ids, the
@@ -29,7 +30,7 @@ import yaml
 
 import rules
 from collectors.catalog import package_text
-from workbench.analysis.causes import load_causes
+from workbench.analysis.causes import cause_file, cause_sections, load_causes
 from workbench.errors import GpuwbError
 from workbench.store.bundle import Bundle
 from workbench.times import iso
@@ -125,23 +126,23 @@ def validate_isolation(data: Any, causes: dict[str, Any]) -> dict[str, Any]:
             if strange:
                 raise IsolationError(f"{where}: unknown placeholder(s) {', '.join(strange)}")
     for cid, entry in (data.get("causes") or {}).items():
-        where = f"isolation.yaml: causes.{cid}"
+        at = f"{cause_file(cid)}: isolation"
         if cid not in causes:
-            raise IsolationError(f"{where}: not a cause id of causes.yaml")
+            raise IsolationError(f"{at}: not a cause id of the catalog")
         if not isinstance(entry, dict) or entry.get("remedy") not in REMEDIES or not entry.get("why"):
-            raise IsolationError(f"{where}: needs remedy ({' or '.join(REMEDIES)}) and why")
+            raise IsolationError(f"{at}: needs remedy ({' or '.join(REMEDIES)}) and why")
         named = [(f, n) for f in FAMILIES for n in entry.get(f) or []]
         if entry["remedy"] == "none" and named:
-            raise IsolationError(f"{where}: remedy none names templates")
+            raise IsolationError(f"{at}: remedy none names templates")
         if entry["remedy"] == "placement" and not named:
-            raise IsolationError(f"{where}: remedy placement names no template")
+            raise IsolationError(f"{at}: remedy placement names no template")
         for family, name in named:
             if name not in (data.get(family) or {}):
-                raise IsolationError(f"{where}: no {family} template {name!r}")
+                raise IsolationError(f"{at}: no {family} template {name!r}")
         extra = sorted(set(entry.get("params") or {}) - set(params))
         if extra:
-            raise IsolationError(f"{where}: params {', '.join(extra)} are not in the top-level params")
-        _check_params(f"{where}: params", {**params, **(entry.get("params") or {})})
+            raise IsolationError(f"{at}: params {', '.join(extra)} are not in the top-level params")
+        _check_params(f"{at}: params", {**params, **(entry.get("params") or {})})
     return data
 
 
@@ -156,7 +157,10 @@ def _check_params(where: str, params: dict[str, Any]) -> None:
 @functools.lru_cache(maxsize=1)
 def _load() -> dict[str, Any]:
     data = yaml.load(package_text(rules, "isolation.yaml"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    return validate_isolation(data, load_causes())
+    if isinstance(data, dict) and "causes" in data:
+        raise IsolationError("isolation.yaml: causes: a cause's isolation rule is the isolation: of its own "
+                             "rules/causes/<cause_id>.yaml")
+    return validate_isolation({**(data or {}), "causes": cause_sections("isolation")}, load_causes())
 
 
 def load_isolation() -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Raw evidence as numbered lines, read a chunk at a time: the Evidence screen's reader.
 
 An artifact may be a multi-GB kernel log. It is stored as compressed chunks
-(:data:`workbench.store.bundle.CHUNK_BYTES`), so the reader keeps only a small index — how many lines
+(:data:`workbench.store.chunks.CHUNK_BYTES`), so the reader keeps only a small index — how many lines
 start before each chunk — and expands just the chunks a window of lines needs. Line numbers are
 1-based, the same numbers the ``event.line`` column and ``gpuwb timeline`` print.
 """

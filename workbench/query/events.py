@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from workbench.store.bundle import Bundle, utc_naive
+from workbench.store.bundle import Bundle
+from workbench.store.row_columns import utc_naive
 from workbench.store.schema import EVIDENCE_TABLES
 from workbench.times import iso
 

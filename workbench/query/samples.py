@@ -22,7 +22,8 @@ from typing import Any
 
 from workbench.query import series
 from workbench.query.events import time_bounds
-from workbench.store.bundle import Bundle, utc_naive
+from workbench.store.bundle import Bundle
+from workbench.store.row_columns import utc_naive
 from workbench.times import parse_iso
 
 SAMPLE_AGGREGATES: dict[str, str] = {

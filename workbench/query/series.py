@@ -11,22 +11,19 @@ buckets as deltas between successive scrapes (a decrease means the server restar
 cumulative counts are the delta), linear interpolation inside the bucket holding the rank.
 
 The arithmetic runs on whole columns: DuckDB filters the rows where they sit and hands them over
-as Arrow (host, name and labels dictionary-encoded, so each distinct label set is parsed once);
-numpy groups them by sorting (one stable sort and a reduce per run of equal keys, rows summed in
-table order as before), takes the counter increases of every series in one pass, and the
-quantiles of every interval of every histogram sharing a bucket layout as one matrix. numpy is
-imported inside the functions: ``gpuwb capture`` imports the collectors that share this vocabulary
-and must not pay for it.
+as Arrow (series_table.py groups them), the counter increases of every series are taken in one pass,
+and the quantiles of every interval of every histogram sharing a bucket layout as one matrix
+(series_math.py: the Prometheus functions). numpy is imported inside the functions: ``gpuwb capture``
+imports the collectors that share this vocabulary and must not pay for it.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from collectors.framework.metric_vocabulary import (
@@ -37,187 +34,12 @@ from collectors.framework.metric_vocabulary import (
     family,
     unit_scale,
 )
+from workbench.query.series_math import QUANTILES, increases, interval_rows
+from workbench.query.series_table import SeriesValues, Times, aggregate, factorize, group_runs, load_table
 
 if TYPE_CHECKING:
     import numpy as np
 
-QUANTILES = (0.5, 0.95, 0.99)
-_EPOCH = datetime(1970, 1, 1)
-_BATCH_ROWS = 1 << 18
-
-# -- quantiles ---------------------------------------------------------------------------------
-
-
-def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]], *, allow_truncated: bool = False) -> float:
-    """The q-quantile of cumulative ``(upper_bound, count)`` buckets, as Prometheus computes it.
-
-    NaN when undefined (no observations, fewer than two buckets, no +Inf bucket). With
-    ``allow_truncated`` a histogram cut before its +Inf bucket (a pasted or truncated page) uses
-    its highest bucket as the total: the result is then a lower bound of the true quantile."""
-    import numpy as np
-
-    merged: dict[float, float] = {}
-    for le, count in buckets:
-        if math.isnan(le) or math.isnan(count):
-            continue
-        merged[le] = merged.get(le, 0.0) + count
-    les = sorted(merged)
-    counts = np.array([[merged[le] for le in les]], dtype=float).reshape(1, len(les))
-    return float(quantile_rows(q, np.array(les, dtype=float), counts, allow_truncated=allow_truncated)[0])
-
-
-def quantile_rows(q: float, les: np.ndarray, counts: np.ndarray, *, allow_truncated: bool = False) -> np.ndarray:
-    """:func:`histogram_quantile` of every row of ``counts`` (cumulative counts, one column per
-    upper bound of ``les``, sorted ascending, no NaN), computed for all rows at once."""
-    import numpy as np
-
-    rows = counts.shape[0]
-    if math.isnan(q):
-        return np.full(rows, math.nan)
-    if q < 0:
-        return np.full(rows, -math.inf)
-    if q > 1:
-        return np.full(rows, math.inf)
-    if len(les) == 0:
-        return np.full(rows, math.nan)
-    if not math.isinf(les[-1]):
-        if not allow_truncated:
-            return np.full(rows, math.nan)
-        les = np.append(les, math.inf)
-        counts = np.hstack([counts, counts[:, -1:]])
-    if len(les) < 2:
-        return np.full(rows, math.nan)
-    # Float noise can make cumulative counts dip; Prometheus flattens it (a running maximum from 0).
-    monotonic = np.maximum.accumulate(np.maximum(counts, 0.0), axis=1)
-    total = monotonic[:, -1]
-    rank = q * total
-    last = len(les) - 1
-    with np.errstate(all="ignore"):
-        hit = monotonic >= rank[:, None]
-        b = np.where(hit.any(axis=1), hit.argmax(axis=1), last)
-        before = np.maximum(b - 1, 0)
-        at = np.arange(rows)
-        start = np.where(b > 0, les[before], 0.0)
-        below = np.where(b > 0, monotonic[at, before], 0.0)
-        end, count = les[b], monotonic[at, b]
-        out = start + (end - start) * ((rank - below) / (count - below))
-    out = np.where((b == 0) & (les[0] <= 0), les[0], out)
-    out = np.where(b == last, les[last - 1], out)
-    return np.where(total <= 0, math.nan, out)
-
-
-@dataclass
-class IntervalQuantiles:
-    """Quantiles of the observations made between the previous scrape and ``ts``."""
-
-    ts: datetime
-    observations: float
-    values: dict[float, float]
-    reset: bool = False
-
-
-@dataclass
-class _Intervals:
-    """Per-interval results for rows of stacked scrapes: which rows count, and their numbers."""
-
-    kept: np.ndarray
-    observations: np.ndarray
-    reset: np.ndarray
-    values: dict[float, np.ndarray]
-
-
-def _interval_rows(les: np.ndarray, counts: np.ndarray, first: np.ndarray, qs: Sequence[float], *,
-                   allow_truncated: bool, include_first: bool) -> _Intervals:
-    """Observations between successive scrapes, and their quantiles, for stacked scrapes: ``counts``
-    holds one scrape per row (NaN where a scrape lacks a bucket), several histograms one after
-    another, each sorted by time; ``first`` marks the first scrape of each histogram. A bucket that
-    went down means the server restarted, so the new cumulative counts are the interval's; a bucket
-    the previous scrape lacked counts from zero."""
-    import numpy as np
-
-    previous = np.vstack([np.full((1, counts.shape[1]), math.nan), counts[:-1]])
-    previous[first] = math.nan
-    with np.errstate(invalid="ignore"):
-        reset = (counts < previous).any(axis=1)  # comparisons with NaN (a bucket one side lacks) are False
-        delta = np.where(reset[:, None], counts, counts - np.where(np.isnan(previous), 0.0, previous))
-    observations = np.where(np.isnan(delta), -math.inf, delta).max(axis=1, initial=-math.inf)
-    kept = observations > 0
-    if not include_first:
-        kept &= ~first
-    rows = np.flatnonzero(kept)
-    complete = ~np.isnan(delta[rows]).any(axis=1)
-    values: dict[float, np.ndarray] = {}
-    for q in qs:
-        out = np.full(len(rows), math.nan)
-        out[complete] = quantile_rows(q, les, delta[rows[complete]], allow_truncated=allow_truncated)
-        for i in np.flatnonzero(~complete):  # a scrape that lacks some bucket: the buckets it has
-            row = delta[rows[i]]
-            out[i] = histogram_quantile(q, zip(les.tolist(), row.tolist()), allow_truncated=allow_truncated)
-        values[q] = out
-    return _Intervals(kept, observations, reset, values)
-
-
-def interval_quantiles(scrapes: Sequence[tuple[datetime, dict[float, float]]],
-                       qs: Sequence[float] = QUANTILES, *, allow_truncated: bool = False,
-                       include_first: bool = False) -> list[IntervalQuantiles]:
-    """Per-interval quantiles from successive cumulative scrapes of one histogram (sorted by time).
-
-    The first scrape has no predecessor; with ``include_first`` its quantiles cover everything
-    since the server started. Intervals without new observations are left out."""
-    import numpy as np
-
-    ordered = sorted(scrapes, key=lambda s: s[0])
-    if not ordered:
-        return []
-    les = sorted({le for _, buckets in ordered for le in buckets if not math.isnan(le)})
-    counts = np.array([[buckets.get(le, math.nan) for le in les] for _, buckets in ordered], dtype=float)
-    counts = counts.reshape(len(ordered), len(les))
-    first = np.zeros(len(ordered), dtype=bool)
-    first[0] = True
-    got = _interval_rows(np.array(les, dtype=float), counts, first, qs, allow_truncated=allow_truncated,
-                         include_first=include_first)
-    return [IntervalQuantiles(ordered[row][0], float(got.observations[row]),
-                              {q: float(got.values[q][i]) for q in qs}, bool(got.reset[row]))
-            for i, row in enumerate(np.flatnonzero(got.kept))]
-
-
-# -- counters ----------------------------------------------------------------------------------
-
-def _increases(series_id: np.ndarray, ts_us: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Counter increases of many series at once: rows sorted by (series, time). Returns (row index,
-    increase, seconds since the previous point) for each row that has a predecessor at an earlier
-    time in its series; a decrease is a restart (Prometheus' rule), so the new value is the increase.
-    NaN/Inf points are ignored."""
-    import numpy as np
-
-    finite = np.flatnonzero(np.isfinite(value))
-    sid, ts, v = series_id[finite], ts_us[finite], value[finite]
-    same = np.zeros(len(finite), dtype=bool)
-    same[1:] = sid[1:] == sid[:-1]
-    prev_ts = np.concatenate([ts[:1], ts[:-1]])
-    prev_v = np.concatenate([v[:1], v[:-1]])
-    keep = same & (ts > prev_ts)
-    increase = np.where(v < prev_v, v, v - prev_v)
-    seconds = (ts - prev_ts) / 1e6
-    return finite[keep], increase[keep], seconds[keep]
-
-
-def counter_deltas(points: Sequence[tuple[datetime, float]]) -> list[tuple[datetime, float, float]]:
-    """(ts, increase, seconds since the previous point) for a counter; a decrease is a restart
-    (Prometheus' rule), so the new value itself is the increase. NaN/Inf points are ignored."""
-    import numpy as np
-
-    ordered = sorted(points, key=lambda p: p[0])
-    if not ordered:
-        return []
-    stamps = [ts for ts, _ in ordered]
-    offsets = [(ts - stamps[0]) // timedelta(microseconds=1) for ts in stamps]
-    rows, increase, seconds = _increases(np.zeros(len(ordered), dtype=np.int64), np.array(offsets, dtype=np.int64),
-                                         np.array([v for _, v in ordered], dtype=float))
-    return [(stamps[r], inc, dt) for r, inc, dt in zip(rows.tolist(), increase.tolist(), seconds.tolist())]
-
-
-# -- signals: the curves a responder looks at --------------------------------------------------
 
 @dataclass
 class Signal:
@@ -231,164 +53,6 @@ class Signal:
     points: list[tuple[datetime, float]] = field(default_factory=list)
     approx: bool = False
     source: str = ""
-
-
-def load_rows(con: Any, metrics: Iterable[str] | None = None) -> Iterator[tuple[datetime, str | None, str,
-                                                                                dict[str, str], float]]:
-    """Series rows that carry a vocabulary name, oldest first, fetched in batches."""
-    sql = ("SELECT ts, host, name, labels, value FROM series "
-           "WHERE json_extract_string(labels, '$.metric') IS NOT NULL AND ts IS NOT NULL")
-    params: list[Any] = []
-    wanted = sorted(set(metrics or ()))
-    if wanted:
-        sql += f" AND json_extract_string(labels, '$.metric') IN ({', '.join('?' for _ in wanted)})"
-        params = wanted
-    cur = con.execute(sql + " ORDER BY ts", params)
-    while True:
-        batch = cur.fetchmany(50_000)
-        if not batch:
-            return
-        for ts, host, name, labels, value in batch:
-            yield ts, host, name, json.loads(labels) if labels else {}, value
-
-
-@dataclass
-class _Table:
-    """The vocabulary rows of the series table, oldest first; host, name and label set as integer
-    codes (-1: none) into their distinct values."""
-
-    ts: np.ndarray
-    value: np.ndarray
-    codes: dict[str, np.ndarray]
-    values: dict[str, list[Any]]
-
-
-def _load_table(con: Any, metrics: Iterable[str] | None) -> _Table:
-    """One query, streamed as Arrow batches; host, name and labels arrive as integer codes into
-    their distinct values (each batch dictionary-encoded), so no Python object is made per row and
-    each distinct label set is parsed once."""
-    import numpy as np
-    import pyarrow.compute as pc
-
-    sql = ("SELECT epoch_us(ts) AS ts, value, host, name, labels FROM series "
-           "WHERE json_extract_string(labels, '$.metric') IS NOT NULL AND ts IS NOT NULL "
-           "AND value IS NOT NULL AND NOT isnan(value)")
-    wanted = sorted(set(metrics or ()))
-    if wanted:
-        sql += f" AND json_extract_string(labels, '$.metric') IN ({', '.join('?' for _ in wanted)})"
-    columns = ("host", "name", "labels")
-    ids: dict[str, dict[Any, int]] = {name: {} for name in columns}
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in ("ts", "value", *columns)}
-    for batch in con.sql(sql, params=wanted or None).to_arrow_reader(_BATCH_ROWS):
-        parts["ts"].append(batch.column("ts").to_numpy().astype(np.int64))
-        parts["value"].append(batch.column("value").to_numpy().astype(float))
-        for name in columns:
-            encoded = pc.dictionary_encode(batch.column(name))
-            known = ids[name]
-            to_global = np.array([known.setdefault(v, len(known)) for v in encoded.dictionary.to_pylist()] + [-1],
-                                 dtype=np.int32)
-            local = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
-            parts[name].append(to_global[local])
-    if not parts["ts"]:
-        return _Table(np.zeros(0, dtype=np.int64), np.zeros(0), {name: np.zeros(0, dtype=np.int32) for name in columns},
-                      {name: [] for name in columns})
-    values = {name: list(ids[name]) for name in columns}
-    values["labels"] = [json.loads(text) if text else {} for text in values["labels"]]
-    return _Table(np.concatenate(parts["ts"]), np.concatenate(parts["value"]),
-                  {name: np.concatenate(parts[name]) for name in columns}, values)
-
-
-def _dense(keys: list[np.ndarray]) -> np.ndarray:
-    """One id per distinct tuple of integer keys (in no particular order)."""
-    import numpy as np
-
-    combined = np.zeros(len(keys[0]), dtype=np.int64)
-    span = 1
-    for key in keys:
-        key = np.asarray(key, dtype=np.int64)
-        low, width = (int(key.min()), int(key.max() - key.min()) + 1) if len(key) else (0, 1)
-        if span * width >= 2 ** 62:  # keep the combined number in range: renumber what we have first
-            combined = np.unique(combined, return_inverse=True)[1].astype(np.int64)
-            span = int(combined.max()) + 1 if len(combined) else 1
-        combined = combined * width + (key - low)
-        span *= width
-    return np.unique(combined, return_inverse=True)[1].astype(np.int64)
-
-
-def _factorize(keys: list[np.ndarray], when: np.ndarray) -> np.ndarray:
-    """One id per distinct key tuple, numbered in the order the keys first appear in time (``when``:
-    each row's time index; ties: the earlier row)."""
-    import numpy as np
-
-    ids = _dense(keys)
-    count = int(ids.max()) + 1 if len(ids) else 0
-    first_time = np.full(count, np.iinfo(np.int64).max)
-    np.minimum.at(first_time, ids, when)
-    first_row = np.full(count, len(ids), dtype=np.int64)
-    np.minimum.at(first_row, ids, np.arange(len(ids), dtype=np.int64))
-    rank = np.empty(count, dtype=np.int64)
-    rank[np.lexsort((first_row, first_time))] = np.arange(count)
-    return rank[ids]
-
-
-@dataclass
-class _Series:
-    """Values aggregated per (series, time), sorted by series then time, with each series' key."""
-
-    sid: np.ndarray
-    ts: np.ndarray
-    value: np.ndarray
-    keys: list[tuple[Any, ...]]
-
-    def bounds(self) -> np.ndarray:
-        import numpy as np
-
-        return np.searchsorted(self.sid, np.arange(len(self.keys) + 1))
-
-
-def _runs(key: np.ndarray, value: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Group rows by an integer key: (distinct keys ascending, the sum or max of each one's values in
-    row order, one row of each). A stable sort and a reduce over each run: no hash table, no Python loop."""
-    import numpy as np
-
-    order = np.argsort(key, kind="stable")
-    ordered = key[order]
-    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]])) if len(key) else np.zeros(0, int)
-    reduce = np.add if how == "sum" else np.maximum
-    return ordered[starts], reduce.reduceat(value[order], starts) if len(key) else value[:0], order[starts]
-
-
-def _aggregate(keys: list[np.ndarray], when: np.ndarray, value: np.ndarray, how: str, times: _Times) -> _Series:
-    """Sum (or max) the values of rows with the same key and time: the samples of the label sets a
-    curve does not tell apart (engines, versions, reasons)."""
-    import numpy as np
-
-    if len(when) == 0:
-        return _Series(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), value, [])
-    sid = _factorize(keys, when)
-    width = len(times.stamps)
-    key, agg, rows = _runs(sid * width + when, value, how)
-    representative = np.empty(int(sid.max()) + 1, dtype=np.int64)
-    representative[sid[rows]] = rows
-    return _Series(key // width, times.stamps[key % width], agg,
-                   [tuple(k[r] for k in keys) for r in representative.tolist()])
-
-
-class _Times:
-    """The distinct times of the rows (``index``: each row's), and back to the naive datetimes DuckDB
-    returns, each distinct stamp built once."""
-
-    def __init__(self, ts_us: np.ndarray) -> None:
-        import numpy as np
-
-        self.stamps, self.index = np.unique(ts_us, return_inverse=True)
-        self.objects = np.empty(len(self.stamps), dtype=object)
-        self.objects[:] = [_EPOCH + timedelta(microseconds=int(us)) for us in self.stamps.tolist()]
-
-    def points(self, ts_us: np.ndarray, values: np.ndarray) -> list[tuple[datetime, float]]:
-        import numpy as np
-
-        return list(zip(self.objects[np.searchsorted(self.stamps, ts_us)].tolist(), values.tolist()))
 
 
 @dataclass
@@ -413,7 +77,7 @@ def signals(con: Any, metrics: Iterable[str] | None = None) -> list[Signal]:
         return []  # most bundles (logs only): no need to load numpy and pyarrow.compute to find nothing
     import numpy as np
 
-    table = _load_table(con, metrics)
+    table = load_table(con, metrics)
     if len(table.ts) == 0:
         return []
     sets, names = table.values["labels"], table.values["name"]
@@ -425,9 +89,9 @@ def signals(con: Any, metrics: Iterable[str] | None = None) -> list[Signal]:
 
     identities = [tuple((k, labels[k]) for k in IDENTITY_LABELS if labels.get(k)) for labels in sets]
     identity_ids = _ids(identities)
-    times = _Times(table.ts)
+    times = Times(table.ts)
     when = times.index
-    group = _factorize([table.codes["host"], per_set([identity_ids[i] for i in identities], np.int64)], when)
+    group = factorize([table.codes["host"], per_set([identity_ids[i] for i in identities], np.int64)], when)
     first_rows = np.unique(group, return_index=True)[1]
     approx = np.zeros(len(first_rows), dtype=bool)
     stamped_late = per_set([labels.get("ts_origin") in ("mtime", "captured") for labels in sets], bool)
@@ -468,7 +132,7 @@ def signals(con: Any, metrics: Iterable[str] | None = None) -> list[Signal]:
     stat_ids = _ids(stats)
     stat_names = list(stat_ids)
     stat_id = per_set([stat_ids[stat] for stat in stats], np.int64)
-    quantiles = _aggregate([group[rows], metric[rows], base[rows], stat_id[rows]], when[rows], table.value[rows],
+    quantiles = aggregate([group[rows], metric[rows], base[rows], stat_id[rows]], when[rows], table.value[rows],
                            "max", times)
     bounds = quantiles.bounds()
     for s, (g, m, b, st) in enumerate(quantiles.keys):
@@ -479,7 +143,7 @@ def signals(con: Any, metrics: Iterable[str] | None = None) -> list[Signal]:
         emit(g, (1, s), m, stat_names[st], "s" if m in LATENCY else "",
              times.points(quantiles.ts[bounds[s]:bounds[s + 1]][finite], values[finite]), b)
     rows = np.flatnonzero(plain)
-    pair_id = _factorize([name_code[rows], label_code[rows]], when[rows])
+    pair_id = factorize([name_code[rows], label_code[rows]], when[rows])
     keys = []
     for r in rows[np.unique(pair_id, return_index=True)[1]].tolist():
         name, stat = names[name_code[r]], sets[label_code[r]].get("stat")
@@ -487,7 +151,7 @@ def signals(con: Any, metrics: Iterable[str] | None = None) -> list[Signal]:
         keys.append((name if stat is None else f"{name}|{stat}", kind))
     key_ids = _ids(keys)
     key_id = np.array([key_ids[key] for key in keys], dtype=np.int64)[pair_id]
-    plain_series = _aggregate([group[rows], metric[rows], key_id], when[rows], table.value[rows], "sum", times)
+    plain_series = aggregate([group[rows], metric[rows], key_id], when[rows], table.value[rows], "sum", times)
     by_id = list(key_ids)
     plain_series.keys = [(g, metrics_[m], *by_id[k]) for g, m, k in plain_series.keys]
     _plain_signals(plain_series, times, emit)
@@ -519,7 +183,7 @@ def _quantile_stat(quantile: Any) -> str:
 
 
 def _bucket_signals(keys: list[np.ndarray], le: np.ndarray, when: np.ndarray, value: np.ndarray,
-                    names: Callable[..., tuple[int, str, str]], times: _Times, emit: Callable[..., None]) -> None:
+                    names: Callable[..., tuple[int, str, str]], times: Times, emit: Callable[..., None]) -> None:
     """p50/p95/p99 per interval of every histogram (``keys``: group, metric, family): the histograms
     that share a set of bucket bounds are stacked into one matrix (a row per scrape, a column per
     bound) and computed together."""
@@ -527,10 +191,10 @@ def _bucket_signals(keys: list[np.ndarray], le: np.ndarray, when: np.ndarray, va
 
     if len(when) == 0:
         return
-    sid = _factorize(keys, when)
+    sid = factorize(keys, when)
     bounds, le_index = np.unique(le, return_inverse=True)
     width, depth = len(times.stamps), len(bounds)
-    key, summed, rows = _runs((sid * width + when) * depth + le_index, value, "sum")
+    key, summed, rows = group_runs((sid * width + when) * depth + le_index, value, "sum")
     representative = np.empty(int(sid.max()) + 1, dtype=np.int64)
     representative[sid[rows]] = rows
     named = [names(*(int(k[r]) for k in keys)) for r in representative.tolist()]
@@ -556,7 +220,7 @@ def _bucket_signals(keys: list[np.ndarray], le: np.ndarray, when: np.ndarray, va
         row_sid, row_ts = stacked // width, times.stamps[stacked % width]
         starts = np.ones(len(stacked), dtype=bool)
         starts[1:] = row_sid[1:] != row_sid[:-1]
-        got = _interval_rows(bounds[list(columns)], matrix, starts, QUANTILES, allow_truncated=True,
+        got = interval_rows(bounds[list(columns)], matrix, starts, QUANTILES, allow_truncated=True,
                              include_first=False)
         kept = np.flatnonzero(got.kept)
         kept_sid, kept_ts = row_sid[kept], row_ts[kept]
@@ -572,12 +236,12 @@ def _bucket_signals(keys: list[np.ndarray], le: np.ndarray, when: np.ndarray, va
                          times.points(kept_ts[lo:hi][finite], values[finite] * scale), b)
 
 
-def _plain_signals(series: _Series, times: _Times, emit: Callable[..., None]) -> None:
+def _plain_signals(series: SeriesValues, times: Times, emit: Callable[..., None]) -> None:
     """Gauges, counter rates, means from cumulative durations and _sum/_count, error ratio and
     request rate. Counter increases of every series are taken in one pass; the rest is per group."""
     import numpy as np
 
-    rows, increase, seconds = _increases(series.sid, series.ts, series.value)
+    rows, increase, seconds = increases(series.sid, series.ts, series.value)
     inc_bounds = np.searchsorted(series.sid[rows], np.arange(len(series.keys) + 1))
     inc_ts = series.ts[rows]
     bounds = series.bounds()
@@ -593,7 +257,7 @@ def _plain_signals(series: _Series, times: _Times, emit: Callable[..., None]) ->
         _group_signals(g, curves, deltas, times, emit)
 
 
-def _group_signals(g: int, curves: dict[int, _Curve], deltas: dict[int, tuple[np.ndarray, ...]], times: _Times,
+def _group_signals(g: int, curves: dict[int, _Curve], deltas: dict[int, tuple[np.ndarray, ...]], times: Times,
                    emit: Callable[..., None]) -> None:
 
     served = _served(curves)
@@ -646,7 +310,7 @@ def _served(curves: dict[int, _Curve]) -> tuple[np.ndarray, ...]:
     if not parts:
         return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
     ts, total = _merge(parts)
-    rows, increase, seconds = _increases(np.zeros(len(ts), dtype=np.int64), ts, total)
+    rows, increase, seconds = increases(np.zeros(len(ts), dtype=np.int64), ts, total)
     return ts[rows], increase, seconds
 
 
@@ -660,7 +324,7 @@ def _ratio_of_increases(numerator: tuple[np.ndarray, ...],
     return numerator[0][num_at], numerator[1][num_at] / denominator[1][den_at]
 
 
-def _sum_count_means(g: int, curves: dict[int, _Curve], deltas: dict[int, tuple[np.ndarray, ...]], times: _Times,
+def _sum_count_means(g: int, curves: dict[int, _Curve], deltas: dict[int, tuple[np.ndarray, ...]], times: Times,
                      emit: Callable[..., None]) -> None:
     """Mean latency per interval from a histogram's or summary's _sum and _count."""
     sums: dict[str, tuple[str, int]] = {}
@@ -680,7 +344,7 @@ def _sum_count_means(g: int, curves: dict[int, _Curve], deltas: dict[int, tuple[
 
 
 def _derived_rates(g: int, curves: dict[int, _Curve], deltas: dict[int, tuple[np.ndarray, ...]],
-                   rates: dict[str, tuple[np.ndarray, np.ndarray]], times: _Times, emit: Callable[..., None]) -> None:
+                   rates: dict[str, tuple[np.ndarray, np.ndarray]], times: Times, emit: Callable[..., None]) -> None:
     """Error ratio (failures / finished requests) and request arrival rate per interval."""
     import numpy as np
 

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import operator
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from collectors.base import Event, GpuInventory, GpuSample, HostFact, Row, SeriesPoint, Skipped, Topology, to_utc
@@ -22,6 +22,11 @@ TABLE_OF = {Event: "event", GpuSample: "gpu_sample", GpuInventory: "gpu_inventor
 JSON_FIELDS = {"attrs", "extra", "labels"}
 
 Columns = dict[str, list[Any]]
+
+
+def now_utc() -> datetime:
+    """Now, as a bundle stores times: naive UTC."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 def utc_naive(value: datetime | None) -> datetime | None:

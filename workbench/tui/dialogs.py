@@ -28,8 +28,8 @@ from textual.widgets import Input
 
 from collectors.framework.vocabulary import VERDICT_MARKS, VERDICTS
 from workbench.errors import InputError
-from workbench.store.bundle import utc_naive
 from workbench.store.journal import ACTION_STATUSES, PRIORITIES, SEVERITIES, STATUSES, TIME_KINDS, ActionItem
+from workbench.store.row_columns import utc_naive
 from workbench.timespec import parse_instant
 from workbench.tui.text import plain, verdict_style
 from workbench.tui.widgets import PlainLabel, PlainStatic
@@ -324,7 +324,7 @@ class RootCauseChoice:
 
 
 class RootCauseDialog(Dialog[RootCauseChoice | None]):
-    """Mark the root cause: a cause id of rules/causes.yaml (completed as you type), where it
+    """Mark the root cause: a cause id of rules/causes/ (completed as you type), where it
     is, and a sentence. Prefilled from a hypothesis by the caller."""
 
     title_text = "Mark the root cause"

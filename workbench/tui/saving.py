@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from workbench.store.bundle import Bundle, BundleBusy, now_utc
+from workbench.store.bundle import Bundle, BundleBusy
+from workbench.store.row_columns import now_utc
 from workbench.store.shared_bundle import SharedBundle, busy_reason
 from workbench.tui.screens.base import STORAGE_ERRORS, one_line
 

@@ -1,6 +1,6 @@
 """One kernel-log record -> timeline rows: the line's time prefix, then what the message says.
 
-The block scanner in collectors/kernel.py hands over only the records that can be events; this package
+The block scanner in collectors/kernel/ hands over only the records that can be events; this package
 knows the formats: the time prefix (prefix.py), then one module per family of kernel messages — the NVIDIA
 driver (nvidia.py), PCIe (pcie.py), machine checks (machine_check.py), memory and the file table
 (memory.py), stalls and crashes (crashes.py), storage (storage.py), networking (network.py) — each a reader
@@ -27,7 +27,7 @@ from collectors.framework.kernel_lines.storage import STORAGE_WORDS, StorageLine
 
 __all__ = ["CONTAINER_INTERFACES", "ERROR_WORDS", "NV_BARE", "STAMPED", "Classifier", "Prefix", "Record", "Stamp",
            "exact", "resolve", "split_prefix"]
-"""What collectors/kernel.py imports from here (the names it used when this was one module)."""
+"""What collectors/kernel/ imports from here (the names it used when this was one module)."""
 
 
 class Classifier(NvidiaLines, PcieLines, MachineCheckLines, MemoryLines, CrashLines, StorageLines, NetworkLines):

@@ -14,7 +14,7 @@ from collectors.framework.kernel_lines.prefix import Stamp
 PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 ERROR_WORDS = r"error|fail|timeout|timed out|halt|exception|fault|fallen|lost|unable|invalid|not responding"
 """Words that make a driver's line worth an event (matched case-insensitively); the block prefilter of
-collectors/kernel.py asks for them too, so it must see this same list."""
+collectors/kernel/ asks for them too, so it must see this same list."""
 
 pci_of = lru_cache(maxsize=4096)(normalize_pci)
 """normalize_pci, once per distinct spelling: a log names the same few devices on every line."""

@@ -2,7 +2,7 @@
 
 Not a collector of its own (it declares no NAME): a rank's log interleaves these lines with
 NCCL's, and a ProcessGroupNCCL watchdog's rank only becomes a host and a GPU through the NCCL
-init lines of the same file, so ``collectors/nccl.py`` walks the file once and asks this module
+init lines of the same file, so ``collectors/nccl/reader.py`` walks the file once and asks this module
 about every line that is not NCCL's own. Each reader takes the message with its prefixes
 (``[rank3]:``, glog header, timestamp) already removed and returns a ``Finding`` (an event not yet
 placed in time) and, for messages that go on over the next lines (tracebacks, the torchrun

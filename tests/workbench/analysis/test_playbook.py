@@ -10,13 +10,13 @@ import pytest
 import yaml
 
 import playbooks
-import rules
 from collectors.catalog import package_text
 from tests.conftest import run_cli
 from workbench.analysis.causes import (
     DESIGN_CAUSES,
     SYMPTOM_KINDS,
     CatalogError,
+    causes_document,
     load_causes,
     validate_causes,
 )
@@ -93,6 +93,12 @@ def _playbook_doc() -> dict:
     (lambda d: d["checks"]["gpu_off_bus"].update(needs=["file:dmesg"]), "needs entries"),
     (lambda d: d["checks"]["gpu_off_bus"].update(verdict={"fault": 0.2, "suspect": 0.5}), "suspect <= fault"),
     (lambda d: d["checks"]["gpu_off_bus"].update(role="oracle"), "role"),
+    (lambda d: d["checks"]["gpu_off_bus"].update(runs_in={"batch": {"order": 10}}), "workload must be"),
+    (lambda d: d["checks"]["gpu_off_bus"].update(runs_in={"training": {"order": "first"}}), "whole number"),
+    (lambda d: d["checks"]["gpu_off_bus"].update(runs_in={"training": {}}), "missing order"),
+    (lambda d: d["checks"]["thermal"]["runs_in"]["training"].update(params={"not_a_param": 1}), "has no parameter"),
+    (lambda d: d["checks"]["thermal"]["runs_in"]["training"].update(weight=3), "weight must be"),
+    (lambda d: d["checks"]["thermal"]["runs_in"]["training"].update(rank=1), "unknown field"),
 ])
 def test_library_schema_refuses(mutate, message: str) -> None:
     doc = _library_doc()
@@ -103,9 +109,7 @@ def test_library_schema_refuses(mutate, message: str) -> None:
 
 @pytest.mark.parametrize(("mutate", "message"), [
     (lambda d: d["layers"].reverse(), "five layers in order"),
-    (lambda d: d["layers"][4]["checks"].append({"check": "no_such_check"}), "unknown check"),
-    (lambda d: d["layers"][0]["checks"].append({"check": "gpu_off_bus"}), "belongs to layer hardware"),
-    (lambda d: d["layers"][4]["checks"][1].update(params={"not_a_param": 1}), "has no parameter"),
+    (lambda d: d["layers"][4].update(checks=[{"check": "gpu_off_bus"}]), "unknown field"),
     (lambda d: d.update(workload="batch"), "workload must be"),
     (lambda d: d["stage0"][0].pop("action"), "missing action"),
     (lambda d: d.update(params={"horizon": 3}), "unknown engine parameter"),
@@ -118,6 +122,54 @@ def test_playbook_schema_refuses(mutate, message: str) -> None:
         parse_playbook(doc, library, symptoms, "training.yaml")
 
 
+def _library_with(mutate) -> tuple[dict, str]:
+    doc = copy.deepcopy(_library_doc())
+    mutate(doc["checks"])
+    return parse_library(doc)
+
+
+def _clash(checks: dict) -> None:
+    checks["thermal"]["runs_in"]["training"]["order"] = checks["power"]["runs_in"]["training"]["order"]
+
+
+def _off(checks: dict) -> None:
+    for entry in checks.values():
+        if entry["layer"] == "hardware":
+            entry.get("runs_in", {}).pop("training", None)
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (_clash, "both have runs_in.training.order"),
+    (_off, "no check of the layer runs in training"),
+])
+def test_playbook_refuses_what_the_checks_runs_in_leave_unclear(mutate, message: str) -> None:
+    library, symptoms = _library_with(mutate)
+    with pytest.raises(PlaybookError, match=message):
+        parse_playbook(_playbook_doc(), library, symptoms, "training.yaml")
+
+
+def test_a_check_joins_a_playbook_by_its_own_runs_in() -> None:
+    """A new check is one entry in one file: its runs_in places it in the playbook's layer, between
+    the checks whose order it falls between, with its own overrides; the other playbook leaves it out."""
+    def add(checks: dict) -> None:
+        new = copy.deepcopy(checks["nvlink"])
+        new["params"] = {"floor": 1}
+        new["sql"] = new["sql"].rstrip() + "\nLIMIT $floor"
+        after = checks["gpu_off_bus"]["runs_in"]["training"]["order"]
+        new["runs_in"] = {"training": {"order": after + 1, "params": {"floor": 3}, "weight": 1.2}}
+        checks["my_check"] = new
+
+    library, symptoms = _library_with(add)
+    training = parse_playbook(_playbook_doc(), library, symptoms, "training.yaml")
+    hardware = [c.id for c in next(p for p in training.layers if p.layer == "hardware").checks]
+    assert hardware[:2] == ["gpu_off_bus", "my_check"]
+    mine = next(c for c in training.checks() if c.id == "my_check")
+    assert (mine.params, mine.weight) == ({"floor": 3}, 1.2)
+    inference = parse_playbook(yaml.safe_load(package_text(playbooks, "inference.yaml")), library, symptoms,
+                               "inference.yaml")
+    assert "my_check" not in {c.id for c in inference.checks()}
+
+
 @pytest.mark.parametrize(("mutate", "message"), [
     (lambda d: d.pop("preemption"), "DESIGN cause preemption is missing"),
     (lambda d: d["gpu_oom"].update(layer="hardware"), "must be in layer gpu"),
@@ -127,7 +179,7 @@ def test_playbook_schema_refuses(mutate, message: str) -> None:
     (lambda d: d["app_gpu_fault"].update(absorbs=["gpu_hang"]), "absorb each other"),
 ])
 def test_cause_catalog_refuses(mutate, message: str) -> None:
-    doc = copy.deepcopy(yaml.safe_load(package_text(rules, "causes.yaml")))
+    doc = causes_document()
     mutate(doc)
     with pytest.raises(CatalogError, match=message):
         validate_causes(doc)

@@ -53,3 +53,47 @@ def test_points_of_one_artifact_and_traffic_counters_are_not_compared(tmp_path: 
                                    labels={"device": "eth0", "class": cls}))
             writer.flush()
         assert list(counter_deltas.derive(bundle.con)) == []
+
+
+def _gpu_points(bundle: Bundle, sha: str, ts: datetime, values: dict[str, float], gpu: str) -> None:
+    writer = bundle.writer(sha)
+    for name, value in values.items():
+        writer.add(SeriesPoint(ts=ts, name=name, value=value, host="g", labels={"gpu": gpu, "class": "error"}))
+    writer.flush()
+
+
+def test_gpu_counters_that_rose_between_captures_give_the_gpu_readers_events(tmp_path: Path) -> None:
+    """A GPU's counter series (collectors/nvml/counters.py) go through the same derivation: an NVLink or
+    uncorrectable-ECC rise is the nvlink_error / ecc_uncorrectable the checks read, with HealthTracker's
+    attrs; corrected ECC and PCIe replays rising make no event; nothing GPU-side is a counter_rising."""
+    t0, t1 = datetime(2026, 11, 28, 10, tzinfo=timezone.utc), datetime(2026, 11, 28, 10, 5, tzinfo=timezone.utc)
+    pci = "0000:07:00.0"
+    before = {"DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": 2.0, "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": 0.0,
+              "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0.0, "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": 1.0,
+              "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 3.0, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 5.0}
+    after = {**before, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": 9.0,
+             "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": 1.0, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 2.0,
+             "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": 3.0}
+    with Bundle.create(tmp_path / "g.duckdb") as bundle:
+        _gpu_points(bundle, "a" * 64, t0, before, pci)
+        _gpu_points(bundle, "b" * 64, t1, after, pci)
+        _gpu_points(bundle, "c" * 64, t0, {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 1.0,
+                                           "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 1.0}, "index:3")
+        _gpu_points(bundle, "d" * 64, t1, {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 8.0,
+                                           "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 90.0}, "index:3")
+        events = {e.kind: e for e in counter_deltas.derive(bundle.con)}
+    assert set(events) == {"nvlink_error", "ecc_uncorrectable"}
+    nvlink, ecc = events["nvlink_error"], events["ecc_uncorrectable"]
+    assert nvlink.gpu == pci and nvlink.layer == "hardware" and nvlink.ts == t1.replace(tzinfo=None)
+    assert nvlink.attrs == {"total": 10, "links": {}}
+    assert "crc_flit +7" in nvlink.message and "replay +1" in nvlink.message
+    assert ecc.attrs == {"volatile": 2, "aggregate": 3} and ecc.layer == "gpu" and ecc.severity == "error"
+
+
+def test_a_gpu_known_by_index_keeps_its_key_in_attrs(tmp_path: Path) -> None:
+    t0, t1 = datetime(2026, 11, 28, 10, tzinfo=timezone.utc), datetime(2026, 11, 28, 10, 5, tzinfo=timezone.utc)
+    with Bundle.create(tmp_path / "k.duckdb") as bundle:
+        _gpu_points(bundle, "a" * 64, t0, {"DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": 0.0}, "index:2")
+        _gpu_points(bundle, "b" * 64, t1, {"DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": 4.0}, "index:2")
+        (event,) = counter_deltas.derive(bundle.con)
+    assert event.gpu is None and event.attrs == {"total": 4, "links": {}, "gpu_key": "index:2"}

@@ -17,7 +17,8 @@ XID = ("Mar  3 10:{m:02d}:{s:02d} node1 kernel: [{i}.000000] NVRM: Xid (PCI:0000
 PROBE = """
 import json, sys
 from datetime import datetime, timedelta
-from workbench.store.bundle import Bundle, RowWriter
+from workbench.store.bundle import Bundle
+from workbench.store.row_writer import RowWriter
 from workbench.cli import main
 from collectors.base import SeriesPoint
 

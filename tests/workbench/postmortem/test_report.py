@@ -15,7 +15,7 @@ from tests.conftest import run_cli
 from tests.workbench.postmortem.report_scenario import CAUSES, GENERATED_AT, HOSTILE, build_bundle
 from workbench.analysis import playbook_review
 from workbench.analysis.playbook import load_library
-from workbench.postmortem import report
+from workbench.postmortem import render, report
 from workbench.store import journal
 from workbench.store.bundle import Bundle
 
@@ -38,7 +38,7 @@ def model(scenario):
 
 @pytest.fixture
 def outputs(model):
-    return {fmt: report.render(model, fmt) for fmt in ("md", "html", "json")}
+    return {fmt: render.render(model, fmt) for fmt in ("md", "html", "json")}
 
 
 @pytest.mark.parametrize("fmt", ["md", "html"])
@@ -55,7 +55,7 @@ def test_matches_golden_file(outputs, fmt):
 def test_rendering_is_deterministic(scenario, outputs):
     path, analysis = scenario
     with Bundle.open(path) as bundle:
-        again = report.render(report.build(bundle, analysis=analysis, causes=CAUSES, generated_at=GENERATED_AT), "html")
+        again = render.render(report.build(bundle, analysis=analysis, causes=CAUSES, generated_at=GENERATED_AT), "html")
     assert again == outputs["html"]
 
 
@@ -117,7 +117,7 @@ def test_markdown_parses_into_the_expected_sections_and_tables(outputs):
 
 
 def test_markdown_template_refuses_unescaped_values():
-    env = report._environment("md")
+    env = render._environment("md")
     with pytest.raises(TypeError, match="unescaped"):
         env.from_string("{{ x }}").render(x="<b>")
     assert env.from_string("{{ x|md }} {{ x|code }}").render(x="<b>") == "\\<b\\> `<b>`"
@@ -125,7 +125,7 @@ def test_markdown_template_refuses_unescaped_values():
 
 @pytest.mark.parametrize("text", ["a`b", "``x``", "`", "| pipe |", "ends with `"])
 def test_code_spans_survive_backticks_and_pipes(text):
-    rendered = MarkdownIt("commonmark").enable("table").render(f"| h |\n|---|\n| {report.md_code(text, True)} |\n")
+    rendered = MarkdownIt("commonmark").enable("table").render(f"| h |\n|---|\n| {render.md_code(text, True)} |\n")
     code = re.search(r"<code>(.*?)</code>", rendered, re.S).group(1)
     assert code.replace("&amp;", "&").strip() == text.strip()
 
@@ -168,7 +168,7 @@ def test_responder_summary_replaces_the_generated_one(scenario):
         journal.set_summary(bundle, "alice", "Node02's GPU 3 dropped off PCIe; {{ 7*7 }} <i>not html</i>")
         model = report.build(bundle, analysis=analysis, causes=CAUSES, generated_at=GENERATED_AT)
     assert model["summary"]["by"] == "alice" and not model["summary"]["generated"]
-    md, html = report.render(model, "md"), report.render(model, "html")
+    md, html = render.render(model, "md"), render.render(model, "html")
     assert "\\{\\{ 7\\*7 \\}\\} \\<i\\>not html\\</i\\>" in md
     assert "{{ 7*7 }} &lt;i&gt;not html&lt;/i&gt;" in html
 
@@ -183,7 +183,7 @@ def test_altered_evidence_shows_in_the_appendix(scenario):
     with Bundle.open(path) as bundle:
         model = report.build(bundle, analysis=analysis, causes=CAUSES, generated_at=GENERATED_AT)
     assert not model["evidence"]["verify_ok"] and "artifact altered" in model["evidence"]["problems"][0]
-    assert "FAIL" in report.render(model, "html")
+    assert "FAIL" in render.render(model, "html")
 
 
 def test_cli_writes_each_format(scenario, tmp_path):
@@ -214,6 +214,6 @@ def test_a_responder_s_check_verdict_is_in_its_layer_row(scenario):
     assert hardware["reviews"] == [{"check": check.title, "verdict": "clear", "author": "bob",
                                     "reason": "riser <b>reseated</b>"}]
     assert all(not row["reviews"] for row in model["layers"] if row["layer"] != "hardware")
-    md, html = report.render(model, "md"), report.render(model, "html")
+    md, html = render.render(model, "md"), render.render(model, "html")
     assert "clear by bob: riser \\<b\\>reseated\\</b\\>" in md
     assert "clear by bob: riser &lt;b&gt;reseated&lt;/b&gt;" in html

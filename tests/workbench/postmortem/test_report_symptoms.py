@@ -8,7 +8,7 @@ from pathlib import Path
 
 from collectors.base import Event
 from tests.workbench.postmortem.report_scenario import CAUSES, GENERATED_AT, build_bundle
-from workbench.postmortem import report
+from workbench.postmortem import chain, report
 from workbench.store.bundle import Bundle
 
 
@@ -85,4 +85,4 @@ def test_the_few_quotes_of_a_symptom_show_how_far_it_spread(bundle_path: Path) -
     hyp["symptom_evidence"] = [{**timeout, "host": host, "line": line} for host in ("node01", "node02")
                                for line in (3, 4, 3)]
     quotes = _chain(bundle_path, analysis)["symptom"]
-    assert len(quotes) == report.KEY_PER_KIND and {q["host"] for q in quotes} == {"node01", "node02"}
+    assert len(quotes) == chain.KEY_PER_KIND and {q["host"] for q in quotes} == {"node01", "node02"}

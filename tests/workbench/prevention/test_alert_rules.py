@@ -11,11 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-import rules
-from collectors.catalog import package_text
 from collectors.framework.vocabulary import event_kinds
 from tests.conftest import run_cli
-from workbench.analysis.causes import CatalogError, load_causes
+from workbench.analysis.causes import CatalogError, cause_sections, load_causes
 from workbench.prevention import alert_replay, alert_rules, rules_test
 from workbench.prevention.alert_replay import STEP, Replay, Series
 from workbench.store.bundle import Bundle
@@ -55,12 +53,17 @@ def test_log_counter_rules_name_declared_event_kinds_and_attrs():
             assert {label for label, _, _ in expr.matchers} <= labels, t.alert
 
 
+def _templates_document() -> dict:
+    """Every cause file's alerts and unmeasured, as validate_templates reads them."""
+    return {"rules": cause_sections("alerts"), "unmeasured": cause_sections("unmeasured")}
+
+
 def test_a_template_for_an_unknown_cause_or_in_an_unknown_form_is_refused():
-    data = yaml.safe_load(package_text(rules, "alerts.yaml"))
+    data = _templates_document()
     data["rules"]["no_such_cause"] = data["rules"]["nvswitch_fault"]
     with pytest.raises(CatalogError, match="no_such_cause"):
         alert_rules.validate_templates(data, set(load_causes()))
-    data = yaml.safe_load(package_text(rules, "alerts.yaml"))
+    data = _templates_document()
     data["rules"]["nvswitch_fault"][0]["expr"] = "rate({series}[5m]) > {threshold}"
     with pytest.raises(CatalogError, match="unsupported expression form"):
         alert_rules.validate_templates(data, set(load_causes()))
@@ -229,7 +232,7 @@ def test_quantile_form_sums_bucket_rates_by_its_labels():
 
 
 def test_report_says_why_a_cause_has_no_rule(bundle_path):
-    from workbench.postmortem import report
+    from workbench.postmortem import render, report
 
     _temp_bundle(bundle_path, [(m, 70.0) for m in range(10)])
     analysis = {"hypotheses": [{"cause": "quantization_regression", "layer": "business", "score": 0.9},
@@ -241,8 +244,8 @@ def test_report_says_why_a_cause_has_no_rule(bundle_path):
     assert {r["cause"] for r in monitoring["rules"]} == {"thermal_throttling"}
     why = alert_rules.load_unmeasured()["quantization_regression"]
     assert monitoring["unmeasured"] == [{"cause": "quantization_regression", "why": why}]
-    markdown, html = report.render(model, "md"), report.render(model, "html")
-    assert "`quantization_regression`: no alert rule: " + report.md_text(why) in markdown
+    markdown, html = render.render(model, "md"), render.render(model, "html")
+    assert "`quantization_regression`: no alert rule: " + render.md_text(why) in markdown
     assert "no alert rule: " in html and "GpuTemperatureAboveBaseline" in html
 
 

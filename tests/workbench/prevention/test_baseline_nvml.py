@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from collectors import nvml
+from collectors.nvml.adapter import NvmlAdapter
+from collectors.nvml.recording import record
 from tests.conftest import run_cli
 from tests.nvml_replay import FakeNvml, recording
 
@@ -19,7 +20,7 @@ DGX_A100_BUSES = ("07", "0f", "47", "4e", "87", "90", "b7", "bd")
 
 def bundle_of(tmp_path: Path, name: str, rec: dict[str, Any]) -> Path:
     """Record ``rec`` through the NVML collector as a capture does, then ingest the document."""
-    doc = nvml.record(nvml.NvmlAdapter(FakeNvml(rec)), samples=2, interval=0.01, host="gpu-node")
+    doc = record(NvmlAdapter(FakeNvml(rec)), samples=2, interval=0.01, host="gpu-node")
     folder = tmp_path / name / "gpu-node"
     folder.mkdir(parents=True)
     (folder / "nvml.json").write_text(json.dumps(doc))

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tests.conftest import run_cli
 from tests.workbench.postmortem.report_scenario import CAUSES, build_bundle
 from workbench.analysis.causes import load_causes
-from workbench.postmortem import report
+from workbench.postmortem import render, report
 from workbench.prevention import isolation
 from workbench.prevention.isolation import Context, IsolationError, Place
 from workbench.store.bundle import Bundle
@@ -337,10 +337,10 @@ def test_hostile_hosts_stay_escaped_in_the_report_section(bundle_path):
     with Bundle.open(bundle_path) as bundle:
         model = report.build(bundle, analysis=analysis, causes=CAUSES, generated_at=AT, isolation=True)
     assert not any("reboot" in c["line"] for c in model["isolation"]["commands"])
-    html = report.render(model, "html")
+    html = render.render(model, "html")
     section = html[html.index('<section id="isolation">'):html.index('<section id="evidence">')]
     assert "<script>" not in section and "&lt;script&gt;" in section
-    md = report.render(model, "md")
+    md = render.render(model, "md")
     section = md[md.index("## Isolation and change rules"):md.index("## Evidence appendix")]
     assert "<script>" not in section.replace("`node02<script>alert(1)</script>$(reboot)`", "")
 

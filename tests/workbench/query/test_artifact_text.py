@@ -8,15 +8,15 @@ import io
 
 import pytest
 
-import workbench.store.bundle as bundle_module
 from workbench.query.artifact_text import ArtifactText
+from workbench.store import chunks
 from workbench.store.bundle import Bundle
 from workbench.store.shared_bundle import SharedBundle
 
 
 @pytest.fixture
 def chunked(tmp_path, monkeypatch):
-    monkeypatch.setattr(bundle_module, "CHUNK_BYTES", 37)  # many chunks, lines across their borders
+    monkeypatch.setattr(chunks, "CHUNK_BYTES", 37)  # many chunks, lines across their borders
     text = "".join(f"line {i} " + "x" * (i % 41) + "\n" for i in range(1, 300)) + "last line, no newline"
     path = tmp_path / "b.duckdb"
     with Bundle.create(path) as bundle:

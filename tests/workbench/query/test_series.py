@@ -12,7 +12,7 @@ from collectors import prometheus
 from collectors.base import ParseContext, SeriesPoint
 from collectors.framework import metric_vocabulary as vocabulary
 from workbench.ingest.session import ingest_paths
-from workbench.query import series
+from workbench.query import series, series_math, series_table
 from workbench.store.bundle import Bundle
 
 T0 = datetime(2026, 11, 29, 22, 0, tzinfo=timezone.utc)
@@ -87,8 +87,8 @@ def test_quantiles_by_hand_on_the_real_vllm_ttft_histogram(corpus):
     """
     buckets = _corpus_buckets(corpus / "latency" / "ibm_vllm_18_vllm_metrics_ttft_histogram_bloom560m.prom")
     assert len(buckets) == 7
-    assert math.isnan(series.histogram_quantile(0.5, buckets))
-    got = {q: series.histogram_quantile(q, buckets, allow_truncated=True) for q in (0.5, 0.95, 0.99)}
+    assert math.isnan(series_math.histogram_quantile(0.5, buckets))
+    got = {q: series_math.histogram_quantile(q, buckets, allow_truncated=True) for q in (0.5, 0.95, 0.99)}
     assert got[0.5] == pytest.approx(0.01 + 0.01 * 106.5 / 112)
     assert got[0.95] == pytest.approx(0.02 + 0.02 * (202.35 - 112) / 99)
     assert got[0.99] == pytest.approx(0.02 + 0.02 * (210.87 - 112) / 99)
@@ -102,17 +102,17 @@ def test_quantiles_per_interval_use_bucket_deltas(corpus):
     first = dict(_corpus_buckets(corpus / "latency" / "ibm_vllm_18_vllm_metrics_ttft_histogram_bloom560m.prom"))
     first[math.inf] = first[0.08]
     second = {le: count + (100 if le >= 0.06 else 0) for le, count in first.items()}
-    (interval,) = series.interval_quantiles([(T0, first), (T0 + timedelta(seconds=15), second)])
+    (interval,) = series_math.interval_quantiles([(T0, first), (T0 + timedelta(seconds=15), second)])
     assert interval.observations == 100 and not interval.reset
     assert interval.values[0.5] == pytest.approx(0.05)
     assert interval.values[0.99] == pytest.approx(0.04 + 0.02 * 99 / 100)
-    assert series.histogram_quantile(0.5, second.items()) < 0.04
+    assert series_math.histogram_quantile(0.5, second.items()) < 0.04
 
 
 def test_counter_reset_in_histogram_uses_new_counts():
     before = {0.1: 50.0, 1.0: 100.0, math.inf: 100.0}
     after_restart = {0.1: 0.0, 1.0: 4.0, math.inf: 4.0}
-    (interval,) = series.interval_quantiles([(T0, before), (T0 + timedelta(seconds=15), after_restart)])
+    (interval,) = series_math.interval_quantiles([(T0, before), (T0 + timedelta(seconds=15), after_restart)])
     assert interval.reset and interval.observations == 4
     assert interval.values[0.5] == pytest.approx(0.1 + 0.9 * 2 / 4)
 
@@ -120,8 +120,8 @@ def test_counter_reset_in_histogram_uses_new_counts():
 def test_intervals_without_requests_are_left_out_and_first_scrape_optional():
     scrape = {0.1: 5.0, math.inf: 5.0}
     scrapes = [(T0, scrape), (T0 + timedelta(seconds=15), scrape)]
-    assert series.interval_quantiles(scrapes) == []
-    first = series.interval_quantiles(scrapes, include_first=True)
+    assert series_math.interval_quantiles(scrapes) == []
+    first = series_math.interval_quantiles(scrapes, include_first=True)
     assert len(first) == 1 and first[0].values[0.5] == pytest.approx(0.05)
 
 
@@ -136,14 +136,14 @@ def test_intervals_without_requests_are_left_out_and_first_scrape_optional():
     (0.5, [(1.0, 2), (1.0, 2), (math.inf, 8)], 1.0),         # duplicate bounds are merged (2 + 2 = 4 = rank)
 ])
 def test_histogram_quantile_edges(q, buckets, expected):
-    got = series.histogram_quantile(q, buckets)
+    got = series_math.histogram_quantile(q, buckets)
     assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected)
 
 
 def test_counter_deltas_reset_nan_and_order():
     points = [(T0 + timedelta(seconds=30), 5.0), (T0, 100.0), (T0 + timedelta(seconds=15), 130.0),
               (T0 + timedelta(seconds=45), math.nan), (T0 + timedelta(seconds=60), 9.0)]
-    assert [(inc, dt) for _, inc, dt in series.counter_deltas(points)] == [(30.0, 15.0), (5.0, 15.0), (4.0, 30.0)]
+    assert [(inc, dt) for _, inc, dt in series_math.counter_deltas(points)] == [(30.0, 15.0), (5.0, 15.0), (4.0, 30.0)]
 
 
 def test_tag_keeps_source_metric_label():
@@ -215,6 +215,6 @@ def test_load_rows_reads_only_vocabulary_rows(tmp_path):
         writer = bundle.writer(None)
         writer.add_all(rows)
         writer.flush()
-        got = list(series.load_rows(bundle.con, ["queue_depth"]))
+        got = list(series_table.load_rows(bundle.con, ["queue_depth"]))
     assert [(name, value) for _, _, name, _, value in got] == [("tgi_queue_size", 2.0)]
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collectors.base import SeriesPoint
-from workbench.query import series
+from workbench.query import series, series_math
 from workbench.store.bundle import Bundle
 
 T0 = datetime(2026, 11, 29, 22, 0, tzinfo=timezone.utc)
@@ -46,7 +46,7 @@ def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
 def test_quantile_rows_matches_prometheus_row_by_row(increments, q):
     les = np.array([0.1, 0.5, 2.0, math.inf])
     counts = np.cumsum(np.array(increments, dtype=float), axis=1)
-    got = series.quantile_rows(q, les, counts)
+    got = series_math.quantile_rows(q, les, counts)
     for row, value in zip(counts.tolist(), got.tolist()):
         with np.errstate(all="ignore"):
             try:
@@ -59,11 +59,11 @@ def test_quantile_rows_matches_prometheus_row_by_row(increments, q):
 def test_quantile_rows_truncated_and_q_out_of_range():
     counts = np.array([[2.0, 4.0], [0.0, 0.0]])
     les = np.array([0.1, 0.2])
-    assert np.isnan(series.quantile_rows(0.5, les, counts)).all()  # no +Inf bucket: no answer
-    got = series.quantile_rows(0.5, les, counts, allow_truncated=True)
+    assert np.isnan(series_math.quantile_rows(0.5, les, counts)).all()  # no +Inf bucket: no answer
+    got = series_math.quantile_rows(0.5, les, counts, allow_truncated=True)
     assert got[0] == pytest.approx(0.1) and math.isnan(got[1])
-    assert (series.quantile_rows(-1, les, counts) == -math.inf).all()
-    assert (series.quantile_rows(2, les, counts) == math.inf).all()
+    assert (series_math.quantile_rows(-1, les, counts) == -math.inf).all()
+    assert (series_math.quantile_rows(2, les, counts) == math.inf).all()
 
 
 def test_a_scrape_missing_a_bucket_uses_the_buckets_it_has():
@@ -73,15 +73,15 @@ def test_a_scrape_missing_a_bucket_uses_the_buckets_it_has():
     scrapes = [(T0, {0.1: 10.0, 0.5: 20.0, math.inf: 20.0}),
                (T0 + STEP, {0.1: 14.0, math.inf: 30.0}),
                (T0 + 2 * STEP, {0.1: 15.0, 0.5: 40.0, math.inf: 40.0})]
-    second, third = series.interval_quantiles(scrapes, qs=(0.5,))
+    second, third = series_math.interval_quantiles(scrapes, qs=(0.5,))
     assert second.observations == 10 and second.values[0.5] == pytest.approx(
-        series.histogram_quantile(0.5, [(0.1, 4.0), (math.inf, 10.0)]))
+        series_math.histogram_quantile(0.5, [(0.1, 4.0), (math.inf, 10.0)]))
     assert third.observations == 40 and third.values[0.5] == pytest.approx(0.1 + 0.4 * (20 - 1) / (40 - 1))
 
 
 def test_counter_deltas_with_a_repeated_timestamp_take_the_later_value():
     points = [(T0, 10.0), (T0 + STEP, 20.0), (T0 + STEP, 25.0), (T0 + 2 * STEP, 30.0)]
-    assert [(inc, dt) for _, inc, dt in series.counter_deltas(points)] == [(10.0, 15.0), (5.0, 15.0)]
+    assert [(inc, dt) for _, inc, dt in series_math.counter_deltas(points)] == [(10.0, 15.0), (5.0, 15.0)]
 
 
 def _histogram(host: str, les: list[float], per_scrape: list[list[float]]) -> list[SeriesPoint]:
@@ -108,7 +108,7 @@ def test_hosts_with_different_bucket_layouts_are_each_computed_on_their_own(tmp_
         curves = {s.host: s for s in series.signals(bundle.con) if s.stat == "p50"}
     for host, les, per_scrape in (("a", a_les, a), ("b", b_les, b)):
         cumulative = np.cumsum(np.cumsum(np.array(per_scrape, dtype=float), axis=1), axis=0)
-        expected = series.interval_quantiles([(T0 + STEP * i, dict(zip(les, row)))
+        expected = series_math.interval_quantiles([(T0 + STEP * i, dict(zip(les, row)))
                                               for i, row in enumerate(cumulative.tolist())], qs=(0.5,))
         assert [v for _, v in curves[host].points] == pytest.approx([iv.values[0.5] for iv in expected])
         assert len(curves[host].points) == 2

@@ -11,8 +11,10 @@ from datetime import datetime, timezone
 
 import duckdb
 
-from workbench.store import bundle as bundle_module
-from workbench.store.bundle import CHUNK_BYTES, ROW_GROUP_ROWS, Bundle
+from workbench.store import artifacts, chunks
+from workbench.store.bundle import Bundle
+from workbench.store.chunks import CHUNK_BYTES
+from workbench.store.connection import ROW_GROUP_ROWS
 
 
 def _store(path, blobs: list[bytes]) -> tuple[list[str], str]:
@@ -53,8 +55,8 @@ def test_the_bundle_is_written_in_small_row_groups(tmp_path):
 def test_former_4_mib_chunks_read_verify_and_seal_the_same(tmp_path, monkeypatch):
     blobs = _blobs()
     new_shas, new_digest = _store(tmp_path / "new.duckdb", blobs)
-    monkeypatch.setattr(bundle_module, "CHUNK_BYTES", 4 << 20)
-    monkeypatch.setattr(bundle_module, "STORE_BATCH_CHUNKS", 1)
+    monkeypatch.setattr(chunks, "CHUNK_BYTES", 4 << 20)
+    monkeypatch.setattr(artifacts, "STORE_BATCH_CHUNKS", 1)
     old_shas, old_digest = _store(tmp_path / "old.duckdb", blobs)
     monkeypatch.undo()
     assert old_shas == new_shas and old_digest == new_digest
@@ -67,9 +69,10 @@ def test_former_4_mib_chunks_read_verify_and_seal_the_same(tmp_path, monkeypatch
 
 CRASH_MID_STORE = """
 import io, os, sys
-from workbench.store import bundle as b
-b.CHUNK_BYTES = b.MAX_CHUNK_BYTES = 4096  # 2048-row groups of 8 MiB: several written before the crash
-with b.Bundle.open(sys.argv[1], write=True) as bundle:
+from workbench.store import chunks
+from workbench.store.bundle import Bundle
+chunks.CHUNK_BYTES = chunks.MAX_CHUNK_BYTES = 4096  # 2048-row groups of 8 MiB: several written before the crash
+with Bundle.open(sys.argv[1], write=True) as bundle:
     execute = bundle.con.execute
     def crash_before_the_artifact_row(sql, *args):
         if sql.startswith("INSERT INTO artifact "):
@@ -99,13 +102,13 @@ def test_a_crash_after_row_groups_went_to_disk_leaves_the_sealed_bundle_intact(t
 def test_chunks_compressed_by_pyarrow_as_bundles_stored_them_before_still_expand():
     import pyarrow as pa
 
-    from workbench.store.bundle import _unpack
+    from workbench.store.chunks import unpack
 
     block = b"".join(b"[ %d.000000] NVRM: Xid (PCI:0000:5d:00): 79, GPU has fallen off the bus.\n" % i
                      for i in range(5000))
     stored = pa.compress(block, codec="zstd", asbytes=True)
     assert len(stored) < len(block) // 5
-    assert _unpack(stored, "zstd", len(block)) == block
+    assert unpack(stored, "zstd", len(block)) == block
 
 
 def test_verify_names_a_compressed_chunk_that_no_longer_expands(tmp_path):

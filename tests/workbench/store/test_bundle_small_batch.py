@@ -8,8 +8,10 @@ import io
 import os
 from datetime import datetime, timezone
 
-from workbench.store import bundle as bundle_module
-from workbench.store.bundle import CHUNK_BYTES, STORE_BATCH_BYTES, Bundle
+from workbench.store import artifacts
+from workbench.store.artifacts import STORE_BATCH_BYTES
+from workbench.store.bundle import Bundle
+from workbench.store.chunks import CHUNK_BYTES
 
 WHEN = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -77,7 +79,7 @@ def test_rollback_drops_the_waiting_files(tmp_path):
 
 
 def test_small_files_flushed_every_few_chunks_store_the_same(tmp_path, monkeypatch):
-    monkeypatch.setattr(bundle_module, "PENDING_CHUNKS", 4)
+    monkeypatch.setattr(artifacts, "PENDING_CHUNKS", 4)
     blobs = [f"file {i}\n".encode() * 700 for i in range(25)]
     alone, _ = _store(tmp_path / "a.duckdb", blobs, batch=False)
     batched, _ = _store(tmp_path / "b.duckdb", blobs, batch=True)

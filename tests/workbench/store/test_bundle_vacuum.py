@@ -2,7 +2,7 @@
 
 DuckDB's checkpoint vacuum would merge the partial row groups of many small commits (a folder of rank
 logs commits every ~64 MiB) by reading their BLOBs back into memory, a rewrite that grows with the bundle:
-workbench/store/bundle.py VACUUM_TASKS turns it off for every writable bundle."""
+workbench/store/connection.py VACUUM_TASKS turns it off for every writable bundle."""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ import pytest
 
 from tests.conftest import run_cli
 from workbench.store import schema
-from workbench.store.bundle import DIGEST_VERSION, Bundle, BundleError
+from workbench.store.bundle import Bundle, BundleError
+from workbench.store.seal import DIGEST_VERSION
 
 DMESG = b"[  12.5] NVRM: Xid (PCI:0000:19:00): 79, pid=1, GPU has fallen off the bus.\n"
 OTHER = b"Mar 14 10:00:01 node01 kernel: something else\n"

@@ -10,8 +10,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from workbench.store import bundle as bundle_module
-from workbench.store.bundle import CHUNK_BYTES, Bundle
+from workbench.store import verify
+from workbench.store.bundle import Bundle
+from workbench.store.chunks import CHUNK_BYTES
 
 
 def made(path: Path) -> list[str]:
@@ -33,10 +34,10 @@ def alter(path: Path, sha: str, seq: int) -> None:
         con.close()
 
 
-@pytest.mark.parametrize("group_bytes", [bundle_module.VERIFY_GROUP_BYTES, 1])
+@pytest.mark.parametrize("group_bytes", [verify.VERIFY_GROUP_BYTES, 1])
 def test_every_altered_artifact_is_named_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                   group_bytes: int) -> None:
-    monkeypatch.setattr(bundle_module, "VERIFY_GROUP_BYTES", group_bytes)
+    monkeypatch.setattr(verify, "VERIFY_GROUP_BYTES", group_bytes)
     path = tmp_path / "b.duckdb"
     a, big, c, d = made(path)
     with Bundle.open(path) as b:

@@ -15,7 +15,8 @@ from workbench.store.shared_bundle import SharedBundle
 from workbench.times import parse_iso
 from workbench.tui.app import Cockpit
 from workbench.tui.dialogs import ActionItemDialog, NoteDialog, RootCauseDialog, TimesDialog, VerdictDialog
-from workbench.tui.screens.playbook import Node, PlaybookScreen
+from workbench.tui.screens._playbook_text import Node
+from workbench.tui.screens.playbook import PlaybookScreen
 
 
 def _state(path) -> journal.JournalState:

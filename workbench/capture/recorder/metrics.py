@@ -1,5 +1,5 @@
 """gpuwb's own exporter: ``gpuwb_log_events_total``, a counter of the log events the recorder reads, for
-the alert rules ``gpuwb report --rules`` writes (rules/alerts.yaml) where no exporter has the signal
+the alert rules ``gpuwb report --rules`` writes (the causes' alerts:, rules/causes/) where no exporter has the signal
 (an Xid or AER line, a Slurm drain, an OOM kill, NFS not responding).
 
 Every line the recorder follows is parsed by the same collectors and signature catalog ``gpuwb ingest``

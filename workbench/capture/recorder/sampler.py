@@ -24,13 +24,14 @@ RETRY_AFTER_HANG_S = 300.0
 
 def _child(write_fd: int, interval: float, loader: Loader, host: str) -> None:
     os.setsid()
-    from collectors import nvml
+    from collectors.nvml.adapter import NvmlAdapter
+    from collectors.nvml.recording import record
 
     def send(doc: dict[str, Any]) -> None:
         os.write(write_fd, (json.dumps(doc, default=str, separators=(",", ":")) + "\n").encode())
 
     try:
-        adapter = nvml.NvmlAdapter(loader())
+        adapter = NvmlAdapter(loader())
     except ImportError:
         send({"unavailable": "pynvml (nvidia-ml-py) is not installed"})
         os._exit(0)
@@ -41,7 +42,7 @@ def _child(write_fd: int, interval: float, loader: Loader, host: str) -> None:
     try:
         while True:
             began = time.monotonic()
-            doc = nvml.record(adapter, samples=1, interval=0.0, host=host)
+            doc = record(adapter, samples=1, interval=0.0, host=host)
             send(doc)
             time.sleep(max(0.0, interval - (time.monotonic() - began)))
     except BaseException as exc:  # the parent notes it and decides whether to try again
@@ -68,7 +69,7 @@ class NvmlSampler:
         self._retry_at = 0.0
 
     def _start(self) -> None:
-        from collectors.nvml import load_nvml
+        from collectors.nvml.adapter import load_nvml
 
         read_fd, write_fd = os.pipe()
         ctx = multiprocessing.get_context("fork")

@@ -9,12 +9,14 @@ Everything the responder says goes to the bundle's journal (``workbench.store.jo
 their name, so it is there after a restart and in the postmortem. A layer is not called clear
 while one of its checks is unreviewed unless the responder says why: the walk exists so that no
 layer is skipped by accident.
+
+The labels and the pane's text are written by workbench/tui/screens/_playbook_text.py; this module holds the
+widgets, the keys and the journal writes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -25,9 +27,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets.tree import TreeNode
 
-from collectors.framework.vocabulary import LAYER_TITLES, LAYERS, VERDICT_MARKS
-from workbench.analysis.findings import Analysis, Check, Step
-from workbench.analysis.playbook_review import CheckRows, check_rows, clear_needs_reason, judge_check, unreviewed
+from collectors.framework.vocabulary import LAYER_TITLES, LAYERS
+from workbench.analysis.findings import Analysis
+from workbench.analysis.playbook_review import CheckRows, check_rows, clear_needs_reason, judge_check
 from workbench.store import journal
 from workbench.store.bundle import Bundle
 from workbench.times import parse_iso
@@ -41,20 +43,21 @@ from workbench.tui.dialogs import (
     VerdictChoice,
     VerdictDialog,
 )
+from workbench.tui.screens._playbook_text import (
+    DETAILS,
+    Node,
+    action_label,
+    check_label,
+    find_step,
+    head_line,
+    layer_label,
+    root_label,
+    section_detail,
+    step_label,
+)
 from workbench.tui.screens.base import STORAGE_ERRORS, CockpitScreen, Spec, guarded, one_line
-from workbench.tui.text import clip, plain, short_time, verdict_style
+from workbench.tui.text import clip, plain, short_time
 from workbench.tui.widgets import PlainStatic, PlainTable, PlainTree
-
-STEP_MARKS = {"ok": ("✓", "green"), "attention": ("!", "yellow"), "todo": ("☐", "")}
-
-
-@dataclass(frozen=True)
-class Node:
-    """What a tree node stands for: ``kind`` (stage0, step, layer, check, recover, root, actions,
-    action, notes, note) and its key (layer name, check id, step id, action item id, note id)."""
-
-    kind: str
-    key: str = ""
 
 
 class PlaybookScreen(CockpitScreen):
@@ -167,7 +170,7 @@ class PlaybookScreen(CockpitScreen):
         self.nodes = {}
         stage0 = self._add(tree.root, Node("stage0"), Text("Stage 0 · before anything is touched", "bold"))
         for step in analysis.stage0:
-            self._add(stage0, Node("step", f"stage0/{step.id}"), _step_label(step), leaf=True)
+            self._add(stage0, Node("step", f"stage0/{step.id}"), step_label(step), leaf=True)
         stage0.expand()
         focus = analysis.top.layer if analysis.top else None
         for layer in LAYERS:
@@ -178,7 +181,7 @@ class PlaybookScreen(CockpitScreen):
                 node.expand()
         recover = self._add(tree.root, Node("recover"), Text("Validate & recover", "bold"))
         for step in analysis.recover:
-            self._add(recover, Node("step", f"recover/{step.id}"), _step_label(step), leaf=True)
+            self._add(recover, Node("step", f"recover/{step.id}"), step_label(step), leaf=True)
         self._add(tree.root, Node("root"), Text("Root cause"), leaf=True)
         self._add(tree.root, Node("actions"), Text("Action items"))
         self._add(tree.root, Node("notes"), Text("Notes"))
@@ -195,13 +198,13 @@ class PlaybookScreen(CockpitScreen):
     def _relabel(self, analysis: Analysis) -> None:
         """Labels that carry the journal: verdicts, the root cause, the action items and notes."""
         for n, layer in enumerate(LAYERS, start=1):
-            self.nodes[Node("layer", layer)].set_label(self._layer_label(analysis, n, layer))
+            self.nodes[Node("layer", layer)].set_label(layer_label(analysis, self.state, n, layer))
             for check in analysis.checks_in(layer):
-                self.nodes[Node("check", check.id)].set_label(self._check_label(check))
-        self.nodes[Node("root")].set_label(self._root_label(analysis))
+                self.nodes[Node("check", check.id)].set_label(check_label(check, self.state))
+        self.nodes[Node("root")].set_label(root_label(analysis, self.state))
         actions = self.nodes[Node("actions")]
         actions.set_label(Text.assemble(("Action items", "bold"), f" ({len(self.state.actions)})"))
-        self._refill(actions, [(Node("action", a.id), _action_label(a)) for a in self.state.actions])
+        self._refill(actions, [(Node("action", a.id), action_label(a)) for a in self.state.actions])
         notes = self.nodes[Node("notes")]
         notes.set_label(Text.assemble(("Notes", "bold"), f" ({len(self.state.notes)})"))
         self._refill(notes, [(Node("note", str(e.id)), Text(f"{e.author}: {clip(e.body.get('text'), 60)}"))
@@ -217,35 +220,6 @@ class PlaybookScreen(CockpitScreen):
         if self.current in {ref for ref, _ in children}:
             parent.expand()
             self._move_to(self.nodes[self.current])
-
-    def _layer_label(self, analysis: Analysis, n: int, layer: str) -> Text:
-        engine = analysis.layer_verdicts.get(layer, "no_evidence")
-        checks = analysis.checks_in(layer)
-        waiting = len(unreviewed(analysis, self.state, layer))
-        out = Text.assemble((f"{n} {LAYER_TITLES[layer]} ", "bold"), _mark(engine, word=True),
-                            (f"  {len(checks) - waiting}/{len(checks)} reviewed", "dim"))
-        out.append_text(_responder(engine, self.state.verdicts.get(layer), word=True))
-        return out
-
-    def _check_label(self, check: Check) -> Text:
-        out = Text.assemble(_mark(check.verdict, word=False), " " + check.title)
-        if check.rows:
-            out.append(f" ({check.rows})", "dim")
-        if check.error:
-            out.append(" (query failed)", "red")
-        out.append_text(_responder(check.verdict, self.state.check_verdicts.get(check.id), word=False))
-        return out
-
-    def _root_label(self, analysis: Analysis) -> Text:
-        marked = self.state.root_cause
-        if marked is not None:
-            where = " ".join(x for x in (marked.body.get("host"), marked.body.get("gpu")) if x)
-            return Text.assemble(("Root cause ", "bold"), (marked.body.get("cause", ""), "bold"), f" {where}",
-                                 (f" (by {marked.author})", "italic"))
-        top = analysis.top
-        if top is None:
-            return Text.assemble(("Root cause ", "bold"), ("not marked (R)", "dim"))
-        return Text.assemble(("Root cause ", "bold"), f"{top.cause} {top.where}", (" (engine; R to mark)", "dim"))
 
     def _move_to(self, node: TreeNode[Node]) -> None:
         parent = node.parent
@@ -279,11 +253,8 @@ class PlaybookScreen(CockpitScreen):
         analysis = self.analysis
         if ref is None or analysis is None:
             return
-        painter: dict[str, Callable[[Analysis, Node], Text]] = {
-            "layer": self._layer_detail, "check": self._check_detail, "step": self._step_detail,
-            "root": self._root_detail, "action": self._action_detail, "note": self._note_detail}
-        paint = painter.get(ref.kind, self._section_detail)
-        self.query_one("#pb-detail", PlainStatic).update(paint(analysis, ref))
+        paint = DETAILS.get(ref.kind, section_detail)
+        self.query_one("#pb-detail", PlainStatic).update(paint(analysis, self.state, ref))
         if ref.kind == "check":
             cached = self._row_cache.get((analysis.workload, ref.key))
             if cached is not None:
@@ -292,7 +263,7 @@ class PlaybookScreen(CockpitScreen):
                 self._fill_rows([], None)
                 self._load_rows(analysis.workload, ref.key)
         elif ref.kind == "step":
-            step = _step(analysis, ref.key)
+            step = find_step(analysis, ref.key)
             self._fill_rows([{"ts": _parse(e.get("ts")), "host": e.get("host"), "text": e.get("text")}
                              for e in (step.evidence if step else ())], None)
         else:
@@ -326,113 +297,9 @@ class PlaybookScreen(CockpitScreen):
         shown = f"{len(rows)} of {total}" if total is not None and total > len(rows) else str(len(rows))
         table.border_title = plain(f"Evidence: {shown} row(s) (enter: open raw line)" if rows else "Evidence: none")
 
-    def _layer_detail(self, analysis: Analysis, ref: Node) -> Text:
-        layer = ref.key
-        engine = analysis.layer_verdicts.get(layer, "no_evidence")
-        out = Text.assemble((f"Layer {LAYERS.index(layer) + 1}: {LAYER_TITLES[layer]}\n", "bold"))
-        out.append(f"{analysis.layer_focus.get(layer, '')}\n\n")
-        out.append("engine: ")
-        out.append(f"{VERDICT_MARKS[engine]} {engine.replace('_', ' ')}\n", verdict_style(engine))
-        _history(out, self.state.verdict_history.get(layer, []), engine)
-        out.append("\nchecks:\n", "bold")
-        for check in analysis.checks_in(layer):
-            out.append("  ")
-            out.append_text(self._check_label(check))
-            if check.id not in self.state.check_verdicts:
-                out.append("  unreviewed", "italic")
-            out.append("\n")
-        why = clear_needs_reason(analysis, self.state, layer)
-        if why:
-            out.append(f"\nto call it clear: {why}\n", "dim")
-        out.append("\nc confirm the engine · o override (with a reason) · n note", "dim")
-        return out
-
-    def _check_detail(self, analysis: Analysis, ref: Node) -> Text:
-        check = next(c for c in analysis.checks if c.id == ref.key)
-        out = Text.assemble((check.title, "bold"), (f"   {LAYER_TITLES[check.layer]} · {check.id} · {check.role}\n",
-                                                     "dim"))
-        out.append("question: ", "bold")
-        out.append(check.question + "\n")
-        out.append("why: ", "bold")
-        out.append(check.why + "\n\n")
-        out.append("engine: ")
-        out.append(f"{VERDICT_MARKS[check.verdict]} {check.verdict.replace('_', ' ')}", verdict_style(check.verdict))
-        out.append(f"  {check.rows} row(s), strongest {check.max_strength:.2f}; causes: {', '.join(check.causes)}\n")
-        if check.error:
-            out.append(f"the check's query failed: {check.error}\n", "red")
-        _history(out, self.state.check_verdict_history.get(check.id, []), check.verdict)
-        out.append("\nc confirm · o override · n note (pinned to the highlighted row) · tab: rows", "dim")
-        return out
-
-    def _step_detail(self, analysis: Analysis, ref: Node) -> Text:
-        step = _step(analysis, ref.key)
-        if step is None:
-            return Text()
-        out = Text.assemble((step.title + "\n", "bold"))
-        out.append_text(_step_label(step))
-        out.append("\n\ndo: ", "bold")
-        out.append(step.action + "\n")
-        out.append("why: ", "bold")
-        out.append(step.why + "\n")
-        return out
-
-    def _root_detail(self, analysis: Analysis, _ref: Node) -> Text:
-        out = Text.assemble(("Root cause\n", "bold"))
-        marked = self.state.root_cause
-        if marked is not None:
-            body = marked.body
-            out.append(f"marked by {marked.author} at {short_time(marked.at)}: {body.get('cause')} "
-                       f"{body.get('host') or ''} {body.get('gpu') or ''}\n{body.get('text') or ''}\n\n")
-        for h in analysis.hypotheses[:5]:
-            out.append(f"{h.score:.2f} {h.layer}/{h.cause}  {h.where}\n", "bold" if h.rank == 1 else "")
-            out.append(f"     {clip(h.summary, 140)}\n", "dim")
-        out.append("\nR mark the root cause (prefilled from the top hypothesis)", "dim")
-        return out
-
-    def _action_detail(self, _analysis: Analysis, ref: Node) -> Text:
-        item = next((a for a in self.state.actions if a.id == ref.key), None)
-        if item is None:
-            return Text()
-        out = Text.assemble((f"{item.id} {item.title}\n", "bold"))
-        out.append(f"owner {item.owner or 'unassigned'} · {item.priority} · {item.status.replace('_', ' ')}"
-                   f" · due {item.due or 'not set'}\n")
-        out.append(f"created by {item.created_by} {short_time(item.created_at)}; last changed by {item.changed_by} "
-                   f"{short_time(item.changed_at)}\n\n")
-        out.append("A edit (status too) · a add another", "dim")
-        return out
-
-    def _note_detail(self, _analysis: Analysis, ref: Node) -> Text:
-        note = next((e for e in self.state.notes if str(e.id) == ref.key), None)
-        if note is None:
-            return Text()
-        about = parse_iso(note.body.get("ts"))
-        return Text.assemble((f"{note.author} at {short_time(note.at)}", "bold"),
-                             (f" about {short_time(about, seconds=True)}" if about else "", "dim"),
-                             "\n\n" + note.body.get("text", ""))
-
-    def _section_detail(self, analysis: Analysis, ref: Node) -> Text:
-        titles = {"stage0": "Stage 0: secure the scene before anything is touched",
-                  "recover": "Validate & recover: prove the fix before calling it done",
-                  "actions": "Action items: a to add one, A to edit the highlighted one",
-                  "notes": "Notes: n to add one (pinned to the highlighted evidence row, if any)"}
-        return Text(titles.get(ref.kind, ""), "bold")
-
     def _paint_head(self) -> None:
-        analysis = self.analysis
-        if analysis is None:
-            return
-        fields = self.state.fields
-        severity = fields["severity"].body.get("value") if "severity" in fields else "severity not set"
-        status = fields["status"].body.get("value") if "status" in fields else "status not set"
-        total = len(analysis.checks)
-        reviewed = sum(1 for c in analysis.checks if c.id in self.state.check_verdicts)
-        times = [f"{which} {short_time(parse_iso(e.body.get('ts')))}" for which, e in self.state.times.items()]
-        line = Text.assemble((analysis.playbook_title or "Playbook", "bold"),
-                             f" · workload {analysis.workload} (w switches) · {severity} · {status.replace('_', ' ')}"
-                             f" · {reviewed}/{total} checks reviewed")
-        if times:
-            line.append(" · " + " · ".join(times), "dim")
-        self.query_one("#pb-head", PlainStatic).update(line)
+        if self.analysis is not None:
+            self.query_one("#pb-head", PlainStatic).update(head_line(self.analysis, self.state))
 
     # -- keys --------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -613,60 +480,6 @@ class PlaybookScreen(CockpitScreen):
         """One journal entry, queued (:meth:`workbench.tui.app.Cockpit.save`): it lands in the
         writer's thread as soon as the bundle is free, then every screen hears of it."""
         self.cockpit.save(what or done, write, done=done, reopen=reopen)
-
-
-def _mark(verdict: str, *, word: bool) -> Text:
-    """``✗`` or ``✗ fault``: the mark always, so colour is never the only signal."""
-    return Text(VERDICT_MARKS[verdict] + (" " + verdict.replace("_", " ") if word else ""), verdict_style(verdict))
-
-
-def _responder(engine: str, entry: journal.Entry | None, *, word: bool) -> Text:
-    """After the engine's mark: `` → ✓ by alice: replaced riser, 10:02`` or `` confirmed by alice, 10:02``."""
-    out = Text()
-    if entry is None:
-        return out
-    mine = entry.body.get("verdict", engine)
-    reason = entry.body.get("reason") or ""
-    if mine == engine:
-        out.append(f" confirmed by {entry.author}", "italic")
-    else:
-        out.append(" → ")
-        out.append_text(_mark(mine, word=word))
-        out.append(f" by {entry.author}", "italic")
-    if reason:
-        out.append(f": {clip(reason, 60)}", "italic")
-    out.append(f", {entry.at.strftime('%H:%M')}", "dim")
-    return out
-
-
-def _history(out: Text, entries: list[journal.Entry], engine: str) -> None:
-    for e in entries:
-        verdict = e.body.get("verdict", engine)
-        out.append(f"{short_time(e.at)} {e.author}: ")
-        out.append(f"{VERDICT_MARKS[verdict]} {verdict.replace('_', ' ')}", verdict_style(verdict))
-        out.append(" (confirmed)" if verdict == engine else " (override)", "italic")
-        if e.body.get("reason"):
-            out.append(f" — {e.body['reason']}")
-        out.append("\n")
-
-
-def _step_label(step: Step) -> Text:
-    mark, style = STEP_MARKS.get(step.status or "todo", ("☐", ""))
-    return Text.assemble((mark, style), " ", step.title)
-
-
-def _action_label(item: journal.ActionItem) -> Text:
-    done = item.status in ("done", "dropped")
-    return Text.assemble((f"{item.id} ", "bold"), (f"[{item.priority}] ", ""), (clip(item.title, 50), "strike" if done
-                                                                               else ""),
-                         (f" · {item.owner or 'unassigned'} · {item.status.replace('_', ' ')}", "dim"))
-
-
-def _step(analysis: Analysis, key: str) -> Step | None:
-    """A step by its node key, ``stage0/<id>`` or ``recover/<id>`` (the two lists may share ids)."""
-    section, _, step_id = key.partition("/")
-    return next((s for s in (analysis.stage0 if section == "stage0" else analysis.recover) if s.id == step_id),
-                None)
 
 
 def _parse(value: str | None) -> datetime | None:

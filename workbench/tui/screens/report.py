@@ -1,6 +1,6 @@
 """Report: the postmortem as it will be written, with the responders' journal merged in.
 
-The preview is ``workbench.postmortem.report.render`` of the cockpit's model, the same function and model
+The preview is ``workbench.postmortem.render.render`` of the cockpit's model, the same function and model
 ``gpuwb report`` uses, so what the responder reads here is what the file will say. Export writes
 ``<bundle stem>-postmortem.md`` or ``.html`` beside the bundle, from a model built afresh (the
 other responder's latest notes included), atomically, never over the bundle itself.
@@ -21,6 +21,7 @@ from textual.widgets import Markdown
 from workbench.errors import GpuwbError
 from workbench.postmortem import report
 from workbench.postmortem.output import check_output, write_atomically
+from workbench.postmortem.render import render as render_report
 from workbench.table import printable
 from workbench.tui.screens.base import CockpitScreen, Spec, one_line
 from workbench.tui.widgets import PlainStatic
@@ -69,7 +70,7 @@ class ReportScreen(CockpitScreen):
             return
         if not self.is_current:  # rendered when shown again: a hidden preview costs nothing per journal write
             return
-        text = printable(report.render(model, "md"))
+        text = printable(render_report(model, "md"))
         head.update(Text.assemble(("Postmortem preview", "bold"),
                                   f" · m → {export_path(self.store.path, 'md').name}"
                                   f" · h → {export_path(self.store.path, 'html').name}"))
@@ -99,7 +100,7 @@ class ReportScreen(CockpitScreen):
             check_output(path)
             with self.store.read() as bundle:
                 model = report.build(bundle, analysis=self.analysis.to_json() if self.analysis else None)
-            text = printable(report.render(model, fmt))
+            text = printable(render_report(model, fmt))
             replaced = write_atomically(path, text)
         except (GpuwbError, OSError) as exc:
             self.cockpit.from_thread(self.notify, f"export failed: {one_line(exc)}", severity="error")

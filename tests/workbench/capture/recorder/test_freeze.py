@@ -7,8 +7,8 @@ import json
 import time
 from pathlib import Path
 
-from collectors.nvml import NvmlAdapter
-from collectors.nvml import record as nvml_record
+from collectors.nvml.adapter import NvmlAdapter
+from collectors.nvml.recording import record as nvml_record
 from tests.nvml_replay import FakeNvml, recording
 from workbench.capture.recorder import freeze as freeze_module
 from workbench.capture.recorder.config import RecorderConfig

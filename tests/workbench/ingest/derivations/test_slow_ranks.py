@@ -108,11 +108,11 @@ def test_whole_step_times_slow_together_give_one_throughput_drop(tmp_path):
 
 def test_long_per_step_logs_are_thinned_on_the_same_steps(tmp_path):
     """Past the budget every rank keeps the same step numbers, so ranks stay comparable."""
-    from collectors import nccl
+    from collectors.nccl.findings import STEP_BUDGET
 
     logs = tmp_path / "logs"
     logs.mkdir()
-    n = nccl.STEP_BUDGET * 5
+    n = STEP_BUDGET * 5
     for rank in range(3):
         (logs / f"rank{rank}.log").write_text(_init(rank, 3) + "".join(
             f"{T0 + timedelta(seconds=s):%Y-%m-%d %H:%M:%S},000 - INFO - [rank{rank}] step {s} | loss 2.1 | "

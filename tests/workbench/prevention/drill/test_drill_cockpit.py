@@ -17,7 +17,8 @@ from workbench.store.bundle import Bundle
 from workbench.store.shared_bundle import SharedBundle
 from workbench.tui.app import Cockpit
 from workbench.tui.dialogs import RootCauseDialog
-from workbench.tui.screens.playbook import Node, PlaybookScreen
+from workbench.tui.screens._playbook_text import Node
+from workbench.tui.screens.playbook import PlaybookScreen
 
 
 async def test_a_drill_marked_in_the_cockpit_scores_right(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
