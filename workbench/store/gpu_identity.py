@@ -3,17 +3,20 @@
 Sources name a GPU differently: by bus id (the kernel, ``nvidia-smi -q``, NVML), by UUID (``nvidia-smi
 nvlink -s``, the device plugin, NVML events without a bus id), as ``index:N`` (nvidia-smi's table or dcgmi
 without a bus id), by serial. :func:`resolve` runs after every ingest and capture (first thing of
-``run_derivations``) and rewrites the ``gpu`` of ``event``, ``gpu_sample`` and ``gpu_inventory`` rows that
-name a GPU by such an alias to the bus id the bundle's own readings tie it to, per host: an inventory row or
-a sample that gives both. An alias tied to two bus ids on one host (indexes renumbered between two
-captures) resolves to neither, and a GPU no reading ties to a bus id keeps its key. :func:`aliases` gives
-readers a bus id's UUID, index and serial from the same readings.
+``run_derivations``) and rewrites the ``gpu`` of ``event``, ``gpu_sample`` and ``gpu_inventory`` rows
+(and the ``gpu`` label of the GPU counters' series) that name a GPU by such an alias to the bus id the
+bundle's own readings tie it to, per host: an inventory row or a sample that gives both. An alias tied to
+two bus ids on one host (indexes renumbered between two captures) resolves to neither, and a GPU no
+reading ties to a bus id keeps its key. :func:`aliases` gives readers a bus id's UUID, index and serial
+from the same readings.
 
 Limit: a row keeps no mark of having been resolved, so an alias that a later ingest makes ambiguous (a
 capture after a GPU fell off the bus, its indexes shifted) stays on the bus id it was given before; a
 bundle ingested in one go leaves it on its alias (``verify --deep`` would show those rows).
 
-``series`` rows have no GPU column (an exporter's ``gpu``/``UUID`` labels are its own names and are kept).
+A ``series`` row has no GPU column: the GPU counters' label ``gpu`` (their sample's key) is resolved with
+the samples; an exporter's own ``gpu``/``UUID`` labels (dcgm-exporter's index ``"0"``) match no alias and are
+kept.
 """
 
 from __future__ import annotations
@@ -144,6 +147,13 @@ def resolve(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
                     f"AND ({name}.gpu IS NULL OR NOT regexp_full_match({name}.gpu, ?))", [BUS_PATTERN]).fetchall()
                 if n and n[0][0]:
                     changed[name] = changed.get(name, 0) + int(n[0][0])
+        # the GPU counters' series (collectors/nvml/counters.py) carry their sample's key as label ``gpu``
+        n = con.execute(
+            "UPDATE series SET labels = json_merge_patch(labels, json_object('gpu', a.bus)) FROM gpuwb_gpu_alias a "
+            "WHERE series.host IS NOT DISTINCT FROM a.host AND series.labels LIKE '%\"gpu\"%' "
+            "AND lower(trim(series.labels->>'gpu')) = a.alias").fetchall()
+        if n and n[0][0]:
+            changed["series"] = int(n[0][0])
         return changed
     finally:
         con.execute("DROP TABLE IF EXISTS gpuwb_gpu_alias")

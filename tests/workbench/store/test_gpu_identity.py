@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from collectors.base import Event, GpuInventory, GpuSample, Row
+from collectors.base import Event, GpuInventory, GpuSample, Row, SeriesPoint
 from workbench.ingest.derive import run_derivations
 from workbench.store.bundle import Bundle
 from workbench.store.gpu_identity import aliases, resolve
@@ -100,3 +100,16 @@ def test_run_derivations_resolves_before_deriving(tmp_path):
     with _bundle(tmp_path, rows) as bundle:
         run_derivations(bundle)
         assert {g for _, g in _keys(bundle, "gpu_sample")} == {BUS}
+
+
+def test_a_gpu_counter_series_follows_its_sample_and_an_exporters_index_label_is_kept(tmp_path):
+    rows = _inventory() + [
+        SeriesPoint(ts=T0, name="gpu.ecc_volatile_uncorrected", value=2.0, host="n1",
+                    labels={"gpu": UUID, "class": "error"}),
+        SeriesPoint(ts=T0, name="DCGM_FI_DEV_XID_ERRORS", value=79.0, host="n1", labels={"gpu": "0", "UUID": UUID}),
+        GpuSample(ts=T0, gpu=UUID, host="n1", util_gpu=1.0)]
+    with _bundle(tmp_path, rows) as bundle:
+        assert resolve(bundle.con) == {"gpu_sample": 1, "series": 1}
+        assert bundle.con.execute("SELECT name, labels->>'gpu' FROM series ORDER BY name").fetchall() == [
+            ("DCGM_FI_DEV_XID_ERRORS", "0"), ("gpu.ecc_volatile_uncorrected", BUS)]
+        assert resolve(bundle.con) == {}
