@@ -275,7 +275,7 @@ class Engine:
                           rows=group) for group in groups]
 
     def _fold_gpuless(self, found: dict[tuple, Candidate]) -> None:
-        """A GPU-scoped row without a GPU (a CUDA error with no rank map, NVML naming the GPU by UUID)
+        """A GPU-scoped row without a GPU (a CUDA error with no rank map, a UUID no reading ties to a bus id)
         joins the one GPU candidate of the same cause on its host, when there is exactly one. Without
         a host, only when no row of the bundle names one (a paste from one machine)."""
         hostless = not self.place.machines

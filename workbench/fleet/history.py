@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from collectors.base import normalize_pci
 from workbench import __version__
 from workbench.errors import GpuwbError
-from workbench.store import journal
+from workbench.store import gpu_identity, journal
 from workbench.store.bundle import Bundle
 from workbench.store.row_columns import utc_naive
 from workbench.times import iso, parse_iso
@@ -63,8 +63,6 @@ SCHEMAS = {
 """The Parquet columns of each table (docs/history.md). Times are UTC without a zone, as in the bundle."""
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_NO_VALUE = re.compile(r"^\[?(n/?a|not supported|unknown|none|null|0+)\]?$", re.IGNORECASE)
-"""What nvidia-smi prints when a GPU has no serial or UUID to give."""
 
 
 class HistoryError(GpuwbError):
@@ -225,36 +223,17 @@ def _culprits(bundle: Bundle, analysis: dict[str, Any], state: journal.JournalSt
         found.append(Culprit(cause=hyp["cause"], layer=hyp.get("layer"), score=hyp.get("score"), marked=False,
                              host=hyp.get("host"), gpu=normalize_pci(hyp.get("gpu")), rank=int(hyp.get("rank") or 0)))
     out = []
+    named = gpu_identity.aliases(bundle.con)  # the store's one answer: inventory first, then samples and events
     for c in found:
         key = (c.cause, c.host, c.gpu)
         if key in seen:
             continue
         seen.add(key)
-        uuid, serial, name = _identity(bundle, c.host, c.gpu) if c.gpu else (None, None, None)
+        gpu = named.get((c.host, c.gpu)) if c.gpu else None
         out.append(Culprit(cause=c.cause, layer=c.layer, score=c.score, marked=c.marked, host=c.host, gpu=c.gpu,
-                           uuid=uuid, serial=serial, gpu_name=name, rank=c.rank))
+                           uuid=gpu and gpu.uuid, serial=gpu and gpu.serial, gpu_name=gpu and gpu.name,
+                           rank=c.rank))
     return out
-
-
-def _identity(bundle: Bundle, host: str | None, gpu: str) -> tuple[str | None, str | None, str | None]:
-    """UUID, serial and product name of a GPU: the inventory first, then NVML samples and event attrs."""
-    con = bundle.con
-    rows = con.execute("SELECT uuid, serial, name FROM gpu_inventory WHERE gpu = ? AND host IS NOT DISTINCT FROM ?",
-                       [gpu, host]).fetchall()
-    # several readings (nvidia-smi -q, NVML, the kernel's serial line): the first real value of each
-    uuid, serial, name = [next((v for v in map(_value, column) if v), None) for column in zip(*rows)] or [None] * 3
-    if not uuid:
-        rows = con.execute(
-            "SELECT uuid FROM gpu_sample WHERE gpu = ? AND host IS NOT DISTINCT FROM ? AND uuid IS NOT NULL "
-            "UNION ALL SELECT attrs->>'uuid' FROM event WHERE gpu = ? AND host IS NOT DISTINCT FROM ? "
-            "AND attrs->>'uuid' IS NOT NULL LIMIT 1", [gpu, host, gpu, host]).fetchall()
-        uuid = rows[0][0] if rows else None
-    return _value(uuid), _value(serial), _value(name)
-
-
-def _value(text: Any) -> str | None:
-    text = str(text).strip() if text is not None else ""
-    return text if text and not _NO_VALUE.match(text) else None
 
 
 def _key_events(bundle: Bundle) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ from types import ModuleType
 from collectors.base import Event, Skipped
 from collectors.framework.plugins import discover
 from workbench.store.bundle import Bundle
+from workbench.store.gpu_identity import resolve
 
 
 def derivations() -> list[ModuleType]:
@@ -17,6 +18,7 @@ def derivations() -> list[ModuleType]:
 
 def run_derivations(bundle: Bundle) -> dict[str, int]:
     """Recompute derived events; a failing derivation is reported, never fatal."""
+    resolve(bundle.con)  # one key per GPU (the bus id) before anything reads the rows
     bundle.con.execute("DELETE FROM event WHERE ts_origin = 'derived'")
     counts: dict[str, int] = {}
     for module in derivations():

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from collectors.base import gpu_id
+from workbench.store.gpu_identity import aliases
 
 
 @dataclass
@@ -182,15 +183,15 @@ def _gpus_from_processes(con: duckdb.DuckDBPyConnection, places: dict[int, RankP
 
 def _gpus_from_devices(con: duckdb.DuckDBPyConnection, places: dict[int, RankPlace]) -> None:
     """A rank's CUDA device as its host's GPU index, where the host's ranks use distinct devices."""
+    if not any(p.gpu is None and p.device is not None for p in places.values()):
+        return
     by_host: dict[str, list[RankPlace]] = defaultdict(list)
     for place in places.values():
         by_host[place.host or ""].append(place)
-    index: dict[tuple[str, int], set[str]] = defaultdict(set)
-    for host, idx, gpu in con.execute(
-            'SELECT host, "index", gpu FROM gpu_inventory WHERE "index" IS NOT NULL AND gpu IS NOT NULL UNION '
-            "SELECT host, CAST(extra->>'index' AS INTEGER), gpu FROM gpu_sample "
-            "WHERE (extra->>'index') IS NOT NULL AND gpu IS NOT NULL").fetchall():
-        index[(host, idx)].add(gpu_id(gpu))
+    index: dict[tuple[str | None, int], set[str]] = defaultdict(set)
+    for (host, bus), named in aliases(con).items():  # the store's index <-> bus id, from inventory and samples
+        if named.index is not None:
+            index[(host, named.index)].add(bus)
     for host, ranks in by_host.items():
         devices = [p.device for p in ranks if p.device is not None]
         if len(devices) != len(set(devices)):

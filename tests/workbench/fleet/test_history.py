@@ -10,6 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from collectors.base import GpuInventory
 from tests.conftest import ROOT, run_cli
 from workbench.fleet.history import Culprit, History, HistoryError, Record, record_of
 from workbench.store import journal
@@ -257,3 +258,20 @@ def test_same_gpu(a: dict, b: dict, same: bool) -> None:
 
     assert culprit(**a).same_gpu(culprit(**b)) is same
     assert culprit(**b).same_gpu(culprit(**a)) is same
+
+
+def test_a_culprit_gpu_takes_its_serial_from_a_listing_that_names_it_by_uuid(tmp_path: Path) -> None:
+    """``nvidia-smi --query-gpu=uuid,serial,name`` without pci.bus_id keys its row by UUID; the kernel ties
+    that UUID to the bus id the analysis names. The culprit's serial and name come from the store's binding."""
+    uuid = "GPU-4f0e1b9a-7c2d-11ee-8c90-0242ac120009"
+    with Bundle.create(tmp_path / "b.duckdb") as bundle:
+        writer = bundle.writer(None)
+        writer.add_all([GpuInventory(gpu="0000:9b:00.0", host="n1", uuid=uuid),
+                        GpuInventory(gpu=uuid, host="n1", uuid=uuid, serial=ECC_SERIAL, name="NVIDIA A100-SXM4-80GB")])
+        writer.flush()
+        record = record_of(bundle, {"hypotheses": [{"cause": "gpu_ecc_uncorrectable", "layer": "hardware",
+                                                    "score": 0.9, "host": "n1", "gpu": "0000:9B:00.0"}]},
+                           events=False)
+    culprit = record.culprits[0]
+    assert (culprit.gpu, culprit.uuid, culprit.serial, culprit.gpu_name) == (
+        "0000:9b:00.0", uuid, ECC_SERIAL, "NVIDIA A100-SXM4-80GB")

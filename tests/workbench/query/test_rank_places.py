@@ -78,6 +78,19 @@ def test_pinned_gpu_index_is_used_even_when_devices_repeat(tmp_path):
     assert (places[0].gpu, places[1].gpu) == ("0000:9a:00.0", "0000:9b:00.0")
 
 
+def test_a_device_index_only_a_uuid_keyed_listing_gives_lands_on_the_bus_id(tmp_path):
+    """``nvidia-smi nvlink -s`` numbers GPUs and names them by UUID; the kernel ties that UUID to a bus id.
+    The rank's device is that bus id (the store's binding), not the UUID."""
+    uuid = "GPU-8d3f2a61-5b7c-4e0a-9c21-7f44d0e10101"
+    rows: list[Row] = [_launcher(r, "environment", "n1", local_rank=r) for r in range(2)]
+    rows += [GpuInventory(host="n1", gpu="0000:18:00.0", index=0),
+             GpuInventory(host="n1", gpu="0000:2a:00.0", uuid=uuid),
+             GpuInventory(host="n1", gpu=uuid, index=1, uuid=uuid)]
+    with _bundle(tmp_path, rows) as bundle:
+        places = rank_places(bundle.con)
+    assert (places[0].gpu, places[1].gpu) == ("0000:18:00.0", "0000:2a:00.0")
+
+
 def test_sources_that_disagree_leave_the_rank_unplaced(tmp_path):
     rows: list[Row] = [_launcher(3, "torchelastic", "n1", local_rank=1), _launcher(3, "environment", "n2")]
     rows.append(_launcher(4, "torchelastic", "n2", local_rank=0))
