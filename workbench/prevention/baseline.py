@@ -24,6 +24,7 @@ from typing import Any
 from workbench import __version__
 from workbench.errors import GpuwbError
 from workbench.ingest.derivations.version_skew import host_versions
+from workbench.store import gpu_identity
 from workbench.store.bundle import Bundle
 from workbench.times import iso
 
@@ -153,17 +154,12 @@ def _gpu_states(bundle: Bundle) -> dict[str, dict[str, dict[str, Any]]]:
         f" AS speeds, util_gpu > 0 AND coalesce(x[3], 'false') <> 'true' AND (x[4] IS NULL OR x[4] IN ({busy})) "
         " AS loaded FROM (SELECT *, json_extract_string(extra, ['$.nvlink_links', '$.nvlink_active', "
         " '$.gpu_idle', '$.pstate']) AS x FROM gpu_sample WHERE gpu IS NOT NULL)) GROUP BY host, gpu").fetchall()
-    aliases: dict[tuple[str, str], str] = {}
-    for row in inventory:
-        host, gpu, index, uuid = row[0] or NO_HOST, row[1], row[2], row[3]
-        if _PCI.match(gpu):
-            if uuid:
-                aliases[(host, uuid)] = gpu
-            if index is not None:
-                aliases.setdefault((host, f"index:{index}"), gpu)
-    for row in readings:
-        if _PCI.match(row[1]) and row[2]:
-            aliases.setdefault((row[0] or NO_HOST, row[2]), row[1])
+    aliases: dict[tuple[str, str], str] = {}  # a bundle ingested before keys were resolved in the store
+    for (alias_host, bus), names in gpu_identity.aliases(bundle.con).items():
+        if names.uuid:
+            aliases[(alias_host or NO_HOST, names.uuid)] = bus
+        if names.index is not None:
+            aliases.setdefault((alias_host or NO_HOST, f"index:{names.index}"), bus)
     out: dict[str, dict[str, dict[str, Any]]] = {}
 
     def gpu_entry(host: str | None, key: str) -> dict[str, Any] | None:
