@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from collectors.base import MONTHS, Event, Row, infer_year
+from collectors.base import Event, Row, infer_year
+from collectors.framework.framing.times import syslog_time
 from collectors.framework.lazy_re import lazy_regex
 from collectors.k8s.events import k8s_event, parse_k8s_time
 from collectors.k8s.lines import LineState
@@ -68,15 +69,7 @@ class AgentLines(LineState):
         return [event]
 
     def _syslog_time(self, m: re.Match[str]) -> datetime | None:
-        month = MONTHS.get(m.group("mon").lower())
-        if not month:
-            return None
-        year, _ = infer_year(month, int(m.group("day")), self.ctx.reference_for(m.group("host")))
-        try:
-            return datetime.strptime(f"{year} {month} {m.group('day')} {m.group('clock')}",
-                                     "%Y %m %d %H:%M:%S").replace(tzinfo=timezone.utc)
-        except ValueError:
-            return None
+        return syslog_time(m.group("mon"), m.group("day"), m.group("clock"), self.ctx.reference_for(m.group("host")))
 
     def _klog_time(self, k: re.Match[str]) -> datetime | None:
         month, day = int(k.group("mm")), int(k.group("dd"))

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
-from collectors.base import MONTHS, Event, Row, infer_year
+from collectors.base import Event, Row
+from collectors.framework.framing.times import syslog_time
 from collectors.framework.hostlist import expand_hostlist
 from collectors.framework.lazy_re import lazy_regex
 from collectors.slurm.events import job_events, node_event, step_event
@@ -104,15 +105,7 @@ class LogLines(LineState):
         return released + list(events or [])
 
     def _syslog_time(self, m: re.Match[str]) -> datetime | None:
-        month = MONTHS.get(m.group("mon").lower())
-        if not month:
-            return None
-        year, _ = infer_year(month, int(m.group("day")), self.ctx.reference_for(m.group("host")))
-        try:
-            return datetime.strptime(f"{year} {month} {m.group('day')} {m.group('clock')}",
-                                     "%Y %m %d %H:%M:%S").replace(tzinfo=timezone.utc)
-        except ValueError:
-            return None
+        return syslog_time(m.group("mon"), m.group("day"), m.group("clock"), self.ctx.reference_for(m.group("host")))
 
     def _flush_reason(self) -> Iterator[Row]:
         if self.pending_reason is not None:

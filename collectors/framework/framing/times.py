@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from collectors.base import to_utc
+from collectors.base import MONTHS, infer_year, to_utc
 from collectors.framework.lazy_re import lazy_regex
 
 ISO = (r"(?P<date>\d{4}-\d\d-\d\d)[T _](?P<clock>\d\d:\d\d:\d\d)(?:(?P<sep>[.,])(?P<frac>\d{1,9}))?"
@@ -42,3 +42,16 @@ def format_iso(when: datetime, timespec: str = "microseconds") -> str:
     """``when`` as UTC ISO-8601 with ``Z`` (naive is UTC already): the collectors' one spelling of a time
     they write into an artifact (a scrape's ``time=`` mark), which :func:`parse_iso` reads back."""
     return to_utc(when).isoformat(timespec=timespec).replace("+00:00", "Z")
+
+
+def syslog_time(month_name: str, day: str, clock: str, reference: datetime | None) -> datetime | None:
+    """A syslog stamp without a year (``Mar  4 10:11:12``) in UTC, its year the one that puts it at or before
+    ``reference`` (:func:`collectors.base.infer_year`); None for a month or clock that cannot be."""
+    month = MONTHS.get(month_name.lower())
+    if not month:
+        return None
+    year, _ = infer_year(month, int(day), reference)
+    try:
+        return datetime.strptime(f"{year} {month} {day} {clock}", "%Y %m %d %H:%M:%S").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
