@@ -244,7 +244,7 @@ def test_a_special_file_named_directly_is_refused_not_read(make, tmp_path, bundl
 def test_unreadable_file_is_reported_and_the_rest_lands(tmp_path, bundle_path, monkeypatch):
     import builtins
 
-    import workbench.ingest.session
+    import workbench.ingest.inputs
 
     folder = tmp_path / "node01"
     folder.mkdir()
@@ -256,7 +256,7 @@ def test_unreadable_file_is_reported_and_the_rest_lands(tmp_path, bundle_path, m
             raise PermissionError(13, "Permission denied", str(file))
         return builtins.open(file, *args, **kwargs)
 
-    monkeypatch.setattr(workbench.ingest.session, "open", guarded_open, raising=False)
+    monkeypatch.setattr(workbench.ingest.inputs, "open", guarded_open, raising=False)
     monkeypatch.chdir(tmp_path)  # short names in the summary table
     code, out, err = run_cli("ingest", bundle_path, "node01")
     assert code == 0, err
@@ -615,9 +615,9 @@ def test_archives_inside_an_archive_are_unpacked(tmp_path, monkeypatch):
 def test_a_bomb_inside_an_archive_is_refused_and_its_neighbours_land(tmp_path, monkeypatch):
     import zipfile
 
-    import workbench.ingest.session
+    import workbench.ingest.archives
 
-    monkeypatch.setattr(workbench.ingest.session, "MAX_ARCHIVE_BYTES", 1 << 20)  # a 1 MiB budget stands in for 32 GiB
+    monkeypatch.setattr(workbench.ingest.archives, "MAX_ARCHIVE_BYTES", 1 << 20)  # a 1 MiB budget stands in for 32 GiB
     bomb = tmp_path / "zeros.zip"
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("zeros.bin", b"\0" * (4 << 20))
