@@ -40,8 +40,8 @@ PROBED = ("PGPASSWORD=pgprobesecret1 psql -h db appdb\n"
           "notify https://hooks.slack.com/services/T000/B000/slackprobesecret2\n"
           "sshpass -p sshprobesecret3 ssh -p 2222 node07\n"
           "mysql -u root -pmysqlprobesecret4 appdb\n"
-          "curl -u alice:curlprobesecret5 https://api.internal/v1\n"
-          "curl --user alice:curlprobesecret6 https://api.internal/v1\n")
+          "curl -u alice:curlprobesecret5 https://127.0.0.1/v1\n"
+          "curl --user alice:curlprobesecret6 https://127.0.0.1/v1\n")
 """The shapes a probe found passing: PGPASSWORD inline, a Slack webhook, sshpass -p, mysql's attached
 password (its next word, the database, must stay) and curl -u."""
 BARE_TOKENS = (f"downloading with {HF} from the hub\n"

@@ -85,8 +85,8 @@ EXAMPLES = {
         "SignedHeaders=host;x-amz-date, Signature=fe5f80f77d5fa3beca038a248ff027d0445342fe2855ddc963176630326f1024",
         "Authorization: AWS4-HMAC-SHA256 <M>"),
     "X-Api-Key: and other key headers": (
-        "curl -H 'X-Api-Key: k3yvalue' -H 'PRIVATE-TOKEN: glvalue9' https://x",
-        "curl -H 'X-Api-Key: <M>' -H 'PRIVATE-TOKEN: <M>' https://x"),
+        "curl -H 'X-Api-Key: k3yvalue' -H 'PRIVATE-TOKEN: glvalue9' https://127.0.0.1",
+        "curl -H 'X-Api-Key: <M>' -H 'PRIVATE-TOKEN: <M>' https://127.0.0.1"),
     "Cookie: / Set-Cookie:": ("Cookie: session=abc123; theme=dark\nSet-Cookie: sid=q9; Path=/; HttpOnly\n",
                               "Cookie: <M>\nSet-Cookie: <M>\n"),
     "Bearer TOKEN": ("retrying with bearer abcdefgh12345678 after 401", "retrying with bearer <M> after 401"),
@@ -96,8 +96,8 @@ EXAMPLES = {
     "sshpass -p SECRET": ("sshpass -p s3cret ssh root@node07 && sshpass -P assword -pOther1 scp a b",
                           "sshpass -p <M> ssh root@node07 && sshpass -P assword -p<M> scp a b"),
     "curl -u USER:SECRET, --user, --proxy-user": (
-        "curl -u alice:s3cr:et https://x; curl -s --user=bob:pw2 -U 'proxy:pw3' https://y",
-        "curl -u alice:<M> https://x; curl -s --user=bob:<M> -U 'proxy:<M>' https://y"),
+        "curl -u alice:s3cr:et https://127.0.0.1; curl -s --user=bob:pw2 -U 'proxy:pw3' https://localhost",
+        "curl -u alice:<M> https://127.0.0.1; curl -s --user=bob:<M> -U 'proxy:<M>' https://localhost"),
     "redis-cli -a SECRET": ("redis-cli -h cache -a s3cret ping", "redis-cli -h cache -a <M> ping"),
     "ipmitool -P SECRET": ("ipmitool -I lanplus -H bmc07 -U admin -P s3cret sel elist",
                            "ipmitool -I lanplus -H bmc07 -U admin -P <M> sel elist"),
@@ -186,7 +186,7 @@ def test_every_shape_is_listed_in_the_docs():
 
 KEPT = [
     "ssh -p 2222 node07", "docker run -p 8080:80 nginx", "perfquery -x -C mlx5_0 -P 1", "sacct -P -a -D", "df -P -T",
-    "mysql -u root -p", "mysql -u root -p -h db", "mysqladmin --port=3306 -p status", "curl -u alice https://x",
+    "mysql -u root -p", "mysql -u root -p -h db", "mysqladmin --port=3306 -p status", "curl -u alice https://127.0.0.1",
     "curl -s --user-agent a:b http://host:8080/metrics", "redis-cli -h host ping", "ipmitool sel elist",
     "ldapsearch -x -W -b dc=x", "docker login nvcr.io", "/bin/login -p --", "sshpass -f /etc/pw ssh -p 2222 host",
     "TCP: request_sock_TCP: Possible SYN flooding on port 8080. Sending cookies.  Check SNMP counters.",
@@ -223,5 +223,5 @@ def test_a_secret_in_a_nul_separated_command_line():
 
 
 def test_redact_argv_judges_the_words_together():
-    assert redact_argv(["curl", "-u", "alice:pw1", "--token", "t2", "https://x"]) == [
-        "curl", "-u", "alice:" + MASK, "--token", MASK, "https://x"]
+    assert redact_argv(["curl", "-u", "alice:pw1", "--token", "t2", "https://127.0.0.1"]) == [
+        "curl", "-u", "alice:" + MASK, "--token", MASK, "https://127.0.0.1"]

@@ -9,7 +9,7 @@ the journal only ever sees values it accepts. Writing is the caller's job, throu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, Generic, TypeVar
@@ -148,9 +148,8 @@ class Dialog(ModalScreen[T], Generic[T]):
     def fields(self) -> ComposeResult:
         yield from ()
 
-    def result(self) -> T:
-        """The form's value; raise InputError with the one line the responder must read."""
-        raise NotImplementedError
+    result: Callable[[], T]
+    """Each form defines it: the form's value, or InputError with the one line the responder must read."""
 
     def on_mount(self) -> None:
         self.query_one("#dialog").border_title = plain(self.title_text)
