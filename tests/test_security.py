@@ -193,7 +193,7 @@ MASKED = [
     ("aws configure: AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
     ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig", "eyJhbGciOiJIUzI1NiJ9"),
     ("curl -H 'Authorization: Basic dXNlcjpwYXNz' -H 'X-Api-Key: k3y'", "dXNlcjpwYXNz"),
-    ("curl -H 'X-Api-Key: abc123secret' http://x", "abc123secret"),
+    ("curl -H 'X-Api-Key: abc123secret' http://127.0.0.1", "abc123secret"),
     ("git clone https://user:s3cr3t@github.com/org/repo", "s3cr3t"),
     ("git clone https://ghp_abcdefghijklmnopqrstuvwxyz0123456789@github.com/org/repo", "ghp_abcdefghij"),
     ("HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyzABCDEFGH", "hf_abcdefghij"),

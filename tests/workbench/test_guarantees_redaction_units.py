@@ -187,7 +187,7 @@ def test_every_shape_is_listed_in_the_docs():
 KEPT = [
     "ssh -p 2222 node07", "docker run -p 8080:80 nginx", "perfquery -x -C mlx5_0 -P 1", "sacct -P -a -D", "df -P -T",
     "mysql -u root -p", "mysql -u root -p -h db", "mysqladmin --port=3306 -p status", "curl -u alice https://127.0.0.1",
-    "curl -s --user-agent a:b http://host:8080/metrics", "redis-cli -h host ping", "ipmitool sel elist",
+    "curl -s --user-agent a:b http://127.0.0.1:8080/metrics", "redis-cli -h 127.0.0.1 ping", "ipmitool sel elist",
     "ldapsearch -x -W -b dc=x", "docker login nvcr.io", "/bin/login -p --", "sshpass -f /etc/pw ssh -p 2222 host",
     "TCP: request_sock_TCP: Possible SYN flooding on port 8080. Sending cookies.  Check SNMP counters.",
     "signal 9; sig=15", "http://host:9090/api/v1/query?query=up&time=1", "ssh://git@host:22/repo.git",
