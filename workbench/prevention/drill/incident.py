@@ -36,12 +36,17 @@ class Truth:
     injected_at: datetime
     detected_at: datetime
     title: str
+    first_anomaly_at: datetime | None = None
+    """The first abnormal sign in the evidence (the first link of the chain: the driver upgrade before
+    Fabric Manager failed, the first slow step of the rank that later stalls), what ``analyze``'s
+    ``first_anomaly`` should name; the injection time when the generator names nothing earlier."""
 
     def to_json(self) -> dict[str, Any]:
         return {"cause": self.cause, "layer": self.layer, "workload": self.workload, "seed": self.seed,
                 "host": self.host, "gpu": self.gpu, "rank": self.rank,
                 "injected_at": iso(self.injected_at, "microseconds"),
-                "detected_at": iso(self.detected_at, "microseconds"), "title": self.title}
+                "detected_at": iso(self.detected_at, "microseconds"), "title": self.title,
+                "first_anomaly_at": iso(self.first_anomaly_at or self.injected_at, "microseconds")}
 
 
 @dataclass
@@ -65,6 +70,9 @@ class Drill:
     """Raw files written whole (snapshots, JSON), by path under raw/."""
     title: str = ""
     detected: datetime | None = None
+    first_sign: datetime | None = None
+    """When the first abnormal line of the evidence is stamped, where that is not ``fault`` (a change
+    hours before the failure, a slow step minutes before the timeout); generators set it."""
     place_gpu: bool = True
     """Whether the truth names the culprit GPU (a cause that lives on one GPU and shows it)."""
     place_host: bool = True
@@ -133,7 +141,8 @@ class Drill:
                      host=self.culprit if self.place_host else None,
                      gpu=self.gpu if self.place_gpu and self.place_host else None,
                      rank=self.rank if self.workload == "training" and self.place_host else None,
-                     injected_at=self.fault, detected_at=self.detected or self.fault, title=self.title)
+                     injected_at=self.fault, detected_at=self.detected or self.fault, title=self.title,
+                     first_anomaly_at=self.first_sign or self.fault)
 
     def write(self, raw: Path, mtime: datetime) -> list[Path]:
         """Write every raw file under ``raw``, each stamped with the capture time (same bytes every run)."""
