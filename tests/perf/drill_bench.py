@@ -336,11 +336,29 @@ def run_real(folder: Path) -> dict[str, Any]:
             "right": bool(top) and top.get("cause") == row["expected"] and gpu_ok}
 
 
-def _run(what: Any, items: Sequence[Any], jobs: int) -> list[Any]:
-    if jobs <= 1 or len(items) <= 1:
-        return [what(item) for item in items]
-    with multiprocessing.Pool(min(jobs, len(items))) as pool:
-        return list(pool.imap(what, items, chunksize=1))
+def _run(what: Any, items: Sequence[Any], jobs: int, label: str) -> list[Any]:
+    """``what`` over ``items`` on ``jobs`` processes, in the items' order; progress on stderr, a tenth at a time."""
+    step = max(1, len(items) // 10)
+    out: list[Any] = []
+    with multiprocessing.Pool(min(jobs, len(items))) if jobs > 1 and len(items) > 1 else _Inline() as pool:
+        for n, row in enumerate(pool.imap(what, items, chunksize=1), start=1):
+            out.append(row)
+            if n % step == 0 or n == len(items):
+                print(f"drill_bench: {n}/{len(items)} {label}", file=sys.stderr, flush=True)
+    return out
+
+
+class _Inline:
+    """A one-process stand-in for ``multiprocessing.Pool`` (``--jobs 1``): nothing to spawn or pickle."""
+
+    def __enter__(self) -> _Inline:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def imap(self, what: Any, items: Iterable[Any], chunksize: int = 1) -> Iterable[Any]:
+        return map(what, items)
 
 
 # -- reporting ---------------------------------------------------------------------------------
@@ -512,12 +530,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             except ImportError:
                 raise BenchError("this checkout has no workbench.analysis.confidence.write_calibration; "
                                  "--write-calibration cannot write") from None
-        rows = sorted(_run(run_drill, tasks, args.jobs), key=_order)
+        rows = sorted(_run(run_drill, tasks, args.jobs, "drills"), key=_order)
     except BenchError as exc:
         print(f"drill_bench: {exc}", file=sys.stderr)
         return 2
     cases = sorted(p for p in REAL.iterdir() if (p / "case.yaml").is_file()) if args.real else []
-    real = sorted(_run(run_real, cases, args.jobs), key=lambda r: r["case"])
+    real = sorted(_run(run_real, cases, args.jobs, "real incidents"), key=lambda r: r["case"])
     print(report(rows, real))
     print(f"\n{len(tasks)} drills{f' and {len(real)} real incidents' if real else ''} "
           f"in {time.perf_counter() - started:.0f} s with {args.jobs} job(s)")

@@ -4,6 +4,7 @@ docstring says, and its main prints the tables on a one-drill run."""
 from __future__ import annotations
 
 import sys
+import types
 from datetime import datetime
 from typing import Any
 
@@ -150,10 +151,15 @@ def test_writing_calibration_without_the_module_says_so(monkeypatch: pytest.Monk
     assert not (tmp_path / "c.yaml").exists()
 
 
-def test_main_prints_the_tables_for_one_drill(capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+def test_main_prints_the_tables_for_one_drill(capsys: pytest.CaptureFixture[str], tmp_path: Any,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     out_json = tmp_path / "rows.json"
+    handed: list[tuple] = []
+    confidence = types.ModuleType("workbench.analysis.confidence")
+    confidence.write_calibration = lambda path, pairs, source: handed.append((path, pairs, source))  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "workbench.analysis.confidence", confidence)
     code = drill_bench.main(["--cause", "gpu_oom", "--workload", "training", "--seeds", "1", "--levels", "default",
-                             "--jobs", "1", "--json", str(out_json)])
+                             "--jobs", "1", "--json", str(out_json), "--write-calibration", str(tmp_path / "c.yaml")])
     out = capsys.readouterr().out
     assert code == 0
     assert "level default: 1 drills (1 cause/workload pairs x 1 seeds)" in out
@@ -166,3 +172,7 @@ def test_main_prints_the_tables_for_one_drill(capsys: pytest.CaptureFixture[str]
     assert [(r["cause"], r["workload"], r["seed"], r["level"]) for r in rows] == [("gpu_oom", "training", 1, "default")]
     assert rows[0]["truth"]["cause"] == "gpu_oom" and isinstance(rows[0]["engine"]["cause"], bool)
     assert datetime.fromisoformat(rows[0]["truth"]["first_anomaly_at"].replace("Z", "+00:00"))
+    [(path, pairs, source)] = handed
+    assert path == tmp_path / "c.yaml" and source.startswith("tests/perf/drill_bench.py: 1 drills")
+    assert pairs == [(rows[0]["engine"]["score"], rows[0]["engine"]["cause"] and rows[0]["engine"]["host"] is not False
+                      and rows[0]["engine"]["gpu"] is not False)]
