@@ -121,6 +121,7 @@ class Verdict:
     named_host: str | None
     named_gpu: str | None
     named_first: str | None
+    named_first_kind: str | None
     score: float
     first_off_s: float | None
     tolerance_s: float
@@ -157,14 +158,15 @@ def judge(result: dict[str, Any], truth: dict[str, Any], sampling: Sampling | No
     host = None if truth.get("host") is None else top.get("host") == truth["host"]
     gpu = None if truth.get("gpu") is None else named_gpu == normalize_pci(truth["gpu"])
     want = parse_time(truth.get("first_anomaly_at") or truth.get("injected_at"))
-    named = (result.get("first_anomaly") or {}).get("ts")
+    anomaly = result.get("first_anomaly") or {}
+    named = anomaly.get("ts")
     got = parse_time(named)
     off = None if want is None or got is None else (got - want).total_seconds()
     first = None if want is None else off is not None and abs(off) <= sampling.tolerance_s
     return Verdict(cause=bool(top) and top.get("cause") == truth.get("cause"), host=host, gpu=gpu, first=first,
                    named_cause=top.get("cause"), named_host=top.get("host"), named_gpu=named_gpu,
-                   named_first=named, score=float(top.get("score") or 0.0), first_off_s=off,
-                   tolerance_s=sampling.tolerance_s)
+                   named_first=named, named_first_kind=anomaly.get("kind"), score=float(top.get("score") or 0.0),
+                   first_off_s=off, tolerance_s=sampling.tolerance_s)
 
 
 def sampling_at(con: duckdb.DuckDBPyConnection, truth: dict[str, Any],
@@ -429,7 +431,8 @@ def miss_line(row: dict[str, Any]) -> str | None:
     truth = row["truth"]
     want = "".join(f" @{p}" for p in (truth.get("host"), truth.get("gpu")) if p)
     off = ("none named" if v["first_off_s"] is None
-           else f"{v['first_off_s']:+.1f} s off (tolerance {v['tolerance_s']:g} s)")
+           else f"{v['named_first']} {v['named_first_kind'] or '-'}, {v['first_off_s']:+.1f} s off "
+                f"(tolerance {v['tolerance_s']:g} s)")
     return (f"{name}: wrong {', '.join(Verdict(**v).misses())} -> named {v['named_cause']}{place} "
             f"(score {v['score']:.3f}), first anomaly {off}; truth {truth['cause']}{want} "
             f"at {truth.get('first_anomaly_at')}")
