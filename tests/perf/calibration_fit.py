@@ -1,6 +1,7 @@
 """The first fit of workbench/analysis/calibration.yaml: every drill (cause x workload x seeds) and,
 with ``--real``, every real incident of tests/real_incidents, analysed the way ``gpuwb analyze`` does;
-each gives one (top-1 raw score, margin over the runner-up, right or not) sample.
+each gives one (top-1 raw score, margin over the runner-up, right or not) sample; one without a
+hypothesis makes no claim and is left out of the fit (it still counts in the accuracy printed).
 
 Right means the top hypothesis names the truth's cause, its host (when the truth names one) and its
 GPU (when the truth names one): the claim the cockpit's headline makes. The samples are kept in a
@@ -114,10 +115,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label}: top-1 right {sum(s.right for s in group)}/{len(group)}")
     print(f"{len(samples)} samples in {time.monotonic() - started:.0f} s")
     if args.write_calibration:
-        source = (f"{len(drills)} drills (every cause x workload, seeds {args.seeds})"
-                  + (f" and {len(reals)} real incidents (tests/real_incidents)" if reals else ""))
-        write_calibration(args.write_calibration, [(s.score, s.right) for s in samples], source,
-                          margins=[(s.margin, s.right) for s in samples])
+        claims = [s for s in samples if s.top is not None]  # no hypothesis: no confidence to calibrate
+        source = (f"the top hypothesis of {len(drills)} drills (every cause x workload, seeds {args.seeds})"
+                  + (f" and {len(reals)} real incidents (tests/real_incidents)" if reals else "")
+                  + f"; {len(claims)} of them with a hypothesis")
+        write_calibration(args.write_calibration, [(s.score, s.right) for s in claims], source,
+                          margins=[(s.margin, s.right) for s in claims])
         print(f"wrote {args.write_calibration}")
     return 0
 

@@ -50,8 +50,9 @@ class CalibrationError(ValueError):
 
 def isotonic(bins: list[tuple[int, int]]) -> list[float | None]:
     """Monotone non-decreasing share right per bin of (n, right): Laplace-smoothed rates pooled by
-    adjacent violators, weighted by n; an empty bin takes its lower neighbour's value (the first
-    non-empty one's when it has none), None when every bin is empty."""
+    adjacent violators, weighted by n. An empty bin takes its lower neighbour's value; one below every
+    observation reads what nothing observed reads, (0 + 1) / (0 + 2) = 0.5 (or less, to stay monotone):
+    a score never seen is not vouched for by the scores above it. None when every bin is empty."""
     blocks: list[list[float]] = []  # [weighted rate sum, weight, bins in block]
     for n, right in bins:
         if n == 0:
@@ -63,7 +64,7 @@ def isotonic(bins: list[tuple[int, int]]) -> list[float | None]:
     fitted = [round(s / w, 3) for s, w, k in blocks for _ in range(int(k))]
     out: list[float | None] = []
     it = iter(fitted)
-    previous = fitted[0] if fitted else None
+    previous = min(0.5, fitted[0]) if fitted else None
     for n, _ in bins:
         if n:
             previous = next(it)

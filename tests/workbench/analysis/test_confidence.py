@@ -34,6 +34,7 @@ def test_the_fit_is_monotone_even_when_the_observations_are_not() -> None:
     assert fitted[0] == fitted[1] < fitted[3]  # the violating pair is pooled
     assert fitted[2] == fitted[1]  # an empty bin takes its lower neighbour's value
     assert isotonic([(0, 0), (0, 0)]) == [None, None]
+    assert isotonic([(0, 0), (50, 50)])[0] == 0.5  # below every observation: nothing vouches for it
 
 
 def test_few_samples_never_read_as_certainty() -> None:
