@@ -14,6 +14,7 @@ causes it led to, e.g. kv_cache_pressure after a traffic surge), ``absorbed`` (c
 it at the same place, e.g. the PCIe error before an Xid 79), ``explains`` (how many symptom groups
 it explains, its strength and explanatory power) and ``symptom_evidence`` (the earliest lines of each
 symptom group it explains, with the symptom ``kind`` and the group's ``count``: what the report quotes).
+``confidence`` is the first hypothesis' calibrated confidence (workbench/analysis/confidence.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pyarrow as pa
 from collectors.framework.vocabulary import LAYERS, SYMPTOMS, VERDICTS
 from workbench.analysis.causes import load_causes
 from workbench.analysis.clockskew import estimate_offsets
+from workbench.analysis.confidence import confidence
 from workbench.analysis.hypotheses import (
     LOW_SCORE,
     MAX_EVIDENCE,
@@ -90,6 +92,7 @@ def analyze(bundle: Bundle, workload: str | None = None) -> dict[str, Any]:
         "window": {"start": iso(window[0]), "end": iso(window[1])},
         "first_anomaly": _first_anomaly(top, results, groups, window),
         "hypotheses": hypotheses,
+        "confidence": confidence(hypotheses),
         "layers": _layers(playbook, results, ranked, groups),
         "playbook": {"workload": playbook.workload, "title": playbook.title},
         "workload_signals": signals,

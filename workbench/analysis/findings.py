@@ -154,6 +154,62 @@ class FirstAnomaly:
 
 
 @dataclass(frozen=True)
+class TellApart:
+    """What would confirm one of two close hypotheses: what to collect, and the checks that read it."""
+
+    cause: str
+    host: str | None
+    collect: tuple[str, ...]
+    checks: tuple[str, ...]
+
+    @property
+    def line(self) -> str:
+        """``cause on host: collect A; B (checks x, y)``: one entry as the cockpit and the report say it."""
+        where = f" on {self.host}" if self.host else ""
+        checks = f" (checks {', '.join(self.checks)})" if self.checks else ""
+        return f"{self.cause}{where}: {'; '.join(self.collect) or 'no evidence source listed'}{checks}"
+
+
+@dataclass(frozen=True)
+class Confidence:
+    """How sure the first hypothesis is (workbench/analysis/confidence.py): calibrated on incidents
+    with a known truth; below the floor, the runner-up and what would tell the two apart."""
+
+    calibrated: float
+    level: str
+    floor: float
+    runner_up_cause: str | None = None
+    runner_up_host: str | None = None
+    runner_up_score: float | None = None
+    tell_apart: tuple[TellApart, ...] = ()
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Confidence:
+        other = d.get("runner_up") or {}
+        return cls(calibrated=float(d["calibrated"]), level=d["level"], floor=float(d["floor"]),
+                   runner_up_cause=other.get("cause"), runner_up_host=other.get("host"),
+                   runner_up_score=other.get("score"),
+                   tell_apart=tuple(TellApart(t["cause"], t.get("host"), tuple(t.get("collect") or ()),
+                                              tuple(t.get("checks") or ())) for t in d.get("tell_apart") or ()))
+
+    @property
+    def sure_enough(self) -> bool:
+        """At or above the floor: the first hypothesis may be called the answer."""
+        return self.level != "not sure"
+
+    @property
+    def label(self) -> str:
+        """``likely 0.83``: the level and the calibrated share right."""
+        return f"{self.level} {self.calibrated:.2f}"
+
+    def rival(self) -> str | None:
+        """The runner-up as a responder says it: ``cause on host``, None without one."""
+        if self.runner_up_cause is None:
+            return None
+        return self.runner_up_cause + (f" on {self.runner_up_host}" if self.runner_up_host else "")
+
+
+@dataclass(frozen=True)
 class LayerFinding:
     """A check the layer's verdict rests on, with how many evidence rows it found."""
 
@@ -180,6 +236,7 @@ class Analysis:
     layer_focus: dict[str, str]
     layer_findings: dict[str, tuple[LayerFinding, ...]] = field(default_factory=dict)
     clock_offsets: dict[str, float] = field(default_factory=dict)
+    confidence: Confidence | None = None
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @classmethod
@@ -200,7 +257,8 @@ class Analysis:
                    layer_findings={layer: tuple(LayerFinding(f["check"], f.get("title") or f["check"], int(f["rows"]))
                                                 for f in (info or {}).get("findings") or ())
                                    for layer, info in layers.items()},
-                   clock_offsets=dict(d.get("clock_offsets") or {}), raw=d)
+                   clock_offsets=dict(d.get("clock_offsets") or {}),
+                   confidence=Confidence.from_json(d["confidence"]) if d.get("confidence") else None, raw=d)
 
     def to_json(self) -> dict[str, Any]:
         """The ``gpuwb analyze --json`` object this was read from, unchanged."""

@@ -111,6 +111,14 @@ def render(result: Analysis, *, top: int = 5) -> str:
         for ev in h.evidence[:6]:
             loc = f"{(ev.artifact or '')[:8]}:{ev.line}" if ev.artifact else ev.source
             out.append(f"       {iso(ev.ts) or '?':<24} {ev.host or '-':<10} {ev.text[:90]}  [{loc}]")
+    c = result.confidence
+    if c is not None and hyps:
+        if c.sure_enough:
+            out.append(f"Confidence: {c.label} (calibrated on incidents with a known truth; floor {c.floor:.2f})")
+        else:
+            rival = f"; runner-up {c.rival()} ({c.runner_up_score:.2f})" if c.rival() else ""
+            out.append(f"NOT SURE ({c.label}, below the floor of {c.floor:.2f}){rival}. To tell them apart:")
+            out.extend(f"  {t.line}" for t in c.tell_apart)
     if "seen_before" in result.raw:
         from workbench.fleet.history import seen_before_lines
 

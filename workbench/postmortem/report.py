@@ -59,6 +59,8 @@ def build(bundle: Bundle, *, analysis: dict[str, Any] | None = None, causes: dic
                    " ".join(str(first.get(k)) for k in ("kind", "host") if first.get(k)) if first else "",
                    list(analysis.get("symptoms") or []))
     root = build_root_cause(bundle, state, hyps, causes)
+    if root is not None:
+        root["confidence"] = _confidence(analysis, root)
     impact = build_impact(bundle, analysis, hyps, times, start, end)
     model: dict[str, Any] = {
         "tool": f"gpuwb {__version__}",
@@ -108,6 +110,21 @@ def _monitoring(bundle: Bundle, root: dict[str, Any] | None, hyps: list[dict[str
     the_plan = alert_rules.plan(bundle, causes, start=start, detection=detection, end=end)
     return {"causes": the_plan.causes, "start": start, "detection": detection, "end": end,
             "rules": alert_rules.describe(the_plan), "unmeasured": alert_rules.unmeasured_causes(the_plan.causes)}
+
+
+def _confidence(analysis: dict[str, Any], root: dict[str, Any]) -> dict[str, Any] | None:
+    """How sure the engine is of the root cause, in the words the cockpit uses (findings.Confidence);
+    None when the root cause is not the engine's first hypothesis (a responder marked another one)
+    or the analysis carries no confidence."""
+    hyps = analysis.get("hypotheses") or []
+    if not analysis.get("confidence") or not hyps or hyps[0].get("cause") != root.get("cause"):
+        return None
+    from workbench.analysis.findings import Confidence
+
+    c = Confidence.from_json(analysis["confidence"])
+    return {"label": c.label, "level": c.level, "calibrated": c.calibrated, "floor": c.floor,
+            "sure_enough": c.sure_enough, "rival": c.rival(), "rival_score": c.runner_up_score,
+            "tell_apart": [t.line for t in c.tell_apart]}
 
 
 def _run_analysis(bundle: Bundle) -> tuple[dict[str, Any], str | None]:

@@ -145,11 +145,12 @@ class OverviewScreen(CockpitScreen):
         inference = impact.get("inference") or {}
         if inference.get("slo_breach"):
             parts.append(str(inference["slo_breach"]))
-        line2 = Text(" · ".join(parts))
+        sure = _confidence_headline(analysis)
+        line2 = Text.assemble(sure, " · " if sure else "", " · ".join(parts))
         room = self.query_one("#head").content_size.width or self.size.width
         if line1.cell_len > room:  # the title keeps line 1; impact, then the counts, on line 2
             line1 = Text.assemble(("gpuwb · ", "bold"), (header.get("title") or self._title, "bold"))
-            line2 = Text(" · ".join(parts) + " · " + right)
+            line2 = Text.assemble(sure, " · " if sure else "", " · ".join(parts) + " · " + right)
         for line in (line1, line2):
             line.no_wrap, line.overflow = True, "ellipsis"
         self.query_one("#head", PlainStatic).update(Text("\n").join([line1, line2]))
@@ -190,6 +191,9 @@ class OverviewScreen(CockpitScreen):
     def _paint_hypotheses(self, analysis: Analysis) -> None:
         table = self.query_one("#hypotheses", PlainTable)
         table.clear()
+        c = analysis.confidence
+        table.border_title = plain("Root cause, ranked" + (f" · {c.label if c.sure_enough else 'NOT SURE ' + c.label}"
+                                                           if c else ""))
         if not analysis.hypotheses:
             table.add_row("", Text("no root cause ranked: walk the playbook (p)", "italic"), "", "")
         for h in analysis.hypotheses:
@@ -262,6 +266,13 @@ class OverviewScreen(CockpitScreen):
 
     def _paint_next(self, analysis: Analysis) -> None:
         out = Text()
+        c = analysis.confidence
+        if c is not None and not c.sure_enough:  # collecting what tells the two apart comes first
+            width = max(20, (self.query_one("#next").content_size.width or 72) - 4)
+            for t in c.tell_apart:
+                out.append("tell apart ▶ ", "bold")
+                out.append_text(plain(t.line, 2 * width))  # two lines at most: the playbook's steps follow
+                out.append("\n")
         marks = {"ok": ("✓", "green"), "attention": ("!", "yellow"), "todo": ("☐", "")}
         for step in analysis.stage0[:4]:
             mark, style = marks.get(step.status or "todo", ("☐", ""))
@@ -297,6 +308,27 @@ class OverviewScreen(CockpitScreen):
 
     def action_layer(self, layer: str) -> None:
         self.cockpit.show_layer(layer)
+
+
+def _confidence_headline(analysis: Analysis) -> Text:
+    """``likely 0.83``, or ``NOT SURE 0.42: X or Y — to tell apart: …`` (what to collect for each);
+    empty without a ranked cause. Evidence-source text shows as written (never read as markup)."""
+    c, top = analysis.confidence, analysis.top
+    if c is None or top is None:
+        return Text()
+    if c.sure_enough:
+        return Text(c.label, "bold green" if c.level == "sure" else "bold yellow")
+    mine = top.cause + (f" on {top.host}" if top.host else "")
+    rival = c.rival()
+    collect = "; ".join(t.collect[0] for t in c.tell_apart if t.collect)
+    out = Text.assemble((f"NOT SURE {c.calibrated:.2f}", "bold red"), ": ", plain(mine))
+    if rival:
+        out.append(" or ")
+        out.append_text(plain(rival))
+    if collect:
+        out.append(" — to tell apart: ")
+        out.append_text(plain(collect))
+    return out
 
 
 def _coverage_gaps(bad: list[dict[str, Any]]) -> list[str]:
