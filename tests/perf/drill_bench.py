@@ -123,6 +123,10 @@ class Verdict:
     named_first: str | None
     named_first_kind: str | None
     score: float
+    margin: float
+    """The top-1 score's lead over the runner-up (another cause, or the same at another host)."""
+    calibrated: float | None
+    """What the cockpit shows: ``analyze``'s ``confidence.calibrated`` (None for the baseline)."""
     first_off_s: float | None
     tolerance_s: float
 
@@ -163,10 +167,15 @@ def judge(result: dict[str, Any], truth: dict[str, Any], sampling: Sampling | No
     got = parse_time(named)
     off = None if want is None or got is None else (got - want).total_seconds()
     first = None if want is None else off is not None and abs(off) <= sampling.tolerance_s
+    other = next((h for h in hypotheses[1:] if h.get("cause") != top.get("cause") or h.get("host") != top.get("host")),
+                 None)
+    score = float(top.get("score") or 0.0)
+    confidence = result.get("confidence") or {}
     return Verdict(cause=bool(top) and top.get("cause") == truth.get("cause"), host=host, gpu=gpu, first=first,
                    named_cause=top.get("cause"), named_host=top.get("host"), named_gpu=named_gpu,
-                   named_first=named, named_first_kind=anomaly.get("kind"), score=float(top.get("score") or 0.0),
-                   first_off_s=off, tolerance_s=sampling.tolerance_s)
+                   named_first=named, named_first_kind=anomaly.get("kind"), score=score,
+                   margin=round(score - float(other.get("score") or 0.0) if other else score, 3),
+                   calibrated=confidence.get("calibrated"), first_off_s=off, tolerance_s=sampling.tolerance_s)
 
 
 def sampling_at(con: duckdb.DuckDBPyConnection, truth: dict[str, Any],
@@ -331,11 +340,11 @@ def run_real(folder: Path) -> dict[str, Any]:
                 code = gpuwb(["analyze", str(bundle), "--json"])
     if code != 0:
         return {**row, "error": f"gpuwb exited {code}", "score": 0.0, "right": False}
-    hypotheses = json.loads(out.getvalue())["hypotheses"]
-    top = hypotheses[0] if hypotheses else {}
-    gpu_ok = row["expected_gpu"] is None or normalize_pci(top.get("gpu")) == normalize_pci(row["expected_gpu"])
-    return {**row, "named": top.get("cause"), "named_gpu": top.get("gpu"), "score": float(top.get("score") or 0.0),
-            "right": bool(top) and top.get("cause") == row["expected"] and gpu_ok}
+    result = json.loads(out.getvalue())
+    verdict = judge(result, {"cause": row["expected"], "gpu": row["expected_gpu"]})
+    return {**row, "named": verdict.named_cause, "named_gpu": verdict.named_gpu, "score": verdict.score,
+            "margin": verdict.margin, "calibrated": verdict.calibrated, "hypothesis": bool(result["hypotheses"]),
+            "right": verdict.answer}
 
 
 def _run(what: Any, items: Sequence[Any], jobs: int, label: str) -> list[Any]:
@@ -398,12 +407,16 @@ def accuracy_table(rows: Sequence[dict[str, Any]]) -> str:
     return format_table(["criterion", "counted", "engine", "baseline (loudest line)"], lines)
 
 
-def calibration_pairs(rows: Iterable[dict[str, Any]], real: Iterable[dict[str, Any]] = ()) -> list[tuple[float, bool]]:
-    """(top-1 score, right as an answer) for every drill that ran and every real case."""
-    pairs = [(row["engine"]["score"], bool(row["engine"]["cause"] and row["engine"]["host"] is not False
-                                           and row["engine"]["gpu"] is not False))
-             for row in rows if "error" not in row]
-    return pairs + [(r["score"], bool(r["right"])) for r in real]
+def calibration_pairs(rows: Iterable[dict[str, Any]], real: Iterable[dict[str, Any]] = (),
+                      key: str = "score") -> list[tuple[float, bool]]:
+    """(top-1 ``key``, right as an answer) for every drill that ran and every real case with a hypothesis
+    (an incident the engine names nothing for makes no claim to calibrate). ``key``: ``score`` (raw),
+    ``margin`` (over the runner-up) or ``calibrated`` (what the cockpit shows)."""
+    pairs = [(row["engine"][key], bool(row["engine"]["cause"] and row["engine"]["host"] is not False
+                                       and row["engine"]["gpu"] is not False))
+             for row in rows if "error" not in row and row["engine"]["named_cause"] is not None]
+    pairs += [(r[key], bool(r["right"])) for r in real if "error" not in r and r.get("hypothesis", True)]
+    return [(float(value), right) for value, right in pairs if value is not None]
 
 
 def calibration_table(pairs: Sequence[tuple[float, bool]]) -> str:
@@ -413,10 +426,14 @@ def calibration_table(pairs: Sequence[tuple[float, bool]]) -> str:
         inside = [ok for score, ok in pairs if lo <= score < hi or (hi == BINS[-1][1] and score >= hi)]
         lines.append([f"{lo:.2f}-{hi:.2f}", len(inside), sum(inside),
                       f"{100.0 * sum(inside) / len(inside):5.1f} %" if inside else "-"])
-    sure = [ok for score, ok in pairs if score >= SURE]
     table = format_table(["top-1 score", "n", "right", "share right"], lines)
+    return f"{table}\n{_at_least('raw score', pairs)}"
+
+
+def _at_least(what: str, pairs: Sequence[tuple[float, bool]]) -> str:
+    sure = [ok for value, ok in pairs if value >= SURE]
     rate = f"{100.0 * sum(sure) / len(sure):.1f} %" if sure else "-"
-    return f"{table}\nscore >= {SURE}: right {rate} ({sum(sure)} of {len(sure)}; issue 24 wants >= 95 %)"
+    return f"{what} >= {SURE}: right {rate} ({sum(sure)} of {len(sure)}; issue 24 wants >= 95 %)"
 
 
 def miss_line(row: dict[str, Any]) -> str | None:
@@ -458,7 +475,9 @@ def report(rows: Sequence[dict[str, Any]], real: Sequence[dict[str, Any]] = ()) 
     pairs = calibration_pairs(rows, real)
     where = f"{len(pairs) - len(real)} drills" + (f" + {len(real)} real incidents" if real else "")
     parts.append(f"calibration of the top-1 score ({where}; right = cause, and host and GPU where the truth "
-                 f"names them)\n" + calibration_table(pairs))
+                 f"names them)\n" + calibration_table(pairs) + "\n"
+                 + _at_least("calibrated confidence (what the cockpit shows)",
+                             calibration_pairs(rows, real, "calibrated")))
     if real:
         hits = sum(r["right"] for r in real)
         wrong = [f"  {r['case']}: expected {r['expected']}, named {r.get('named')} ({r['score']:.3f})"
@@ -547,7 +566,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if writer is not None:
         source = (f"tests/perf/drill_bench.py: {len(tasks)} drills, levels {','.join(levels)}, seeds 1-{args.seeds}"
                   + (f", {len(real)} real incidents" if real else ""))
-        writer(args.write_calibration, calibration_pairs(rows, real), source)
+        writer(args.write_calibration, calibration_pairs(rows, real), source,
+               margins=calibration_pairs(rows, real, "margin"))
         print(f"calibration written to {args.write_calibration}")
     return 0
 

@@ -4,7 +4,6 @@ docstring says, and its main prints the tables on a one-drill run."""
 from __future__ import annotations
 
 import sys
-import types
 from datetime import datetime
 from typing import Any
 
@@ -155,9 +154,10 @@ def test_main_prints_the_tables_for_one_drill(capsys: pytest.CaptureFixture[str]
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     out_json = tmp_path / "rows.json"
     handed: list[tuple] = []
-    confidence = types.ModuleType("workbench.analysis.confidence")
-    confidence.write_calibration = lambda path, pairs, source: handed.append((path, pairs, source))  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "workbench.analysis.confidence", confidence)
+    from workbench.analysis import confidence
+
+    monkeypatch.setattr(confidence, "write_calibration",
+                        lambda path, pairs, source, margins: handed.append((path, pairs, source, margins)))
     code = drill_bench.main(["--cause", "gpu_oom", "--workload", "training", "--seeds", "1", "--levels", "default",
                              "--jobs", "1", "--json", str(out_json), "--write-calibration", str(tmp_path / "c.yaml")])
     out = capsys.readouterr().out
@@ -165,14 +165,16 @@ def test_main_prints_the_tables_for_one_drill(capsys: pytest.CaptureFixture[str]
     assert "level default: 1 drills (1 cause/workload pairs x 1 seeds)" in out
     for label in ("cause", "host", "GPU", "first anomaly", "all"):
         assert any(line.startswith(label + " ") for line in out.splitlines()), label
-    assert "baseline (loudest line)" in out and "score >= 0.5: right" in out and "misses (" in out
+    assert "baseline (loudest line)" in out and "raw score >= 0.5: right" in out and "misses (" in out
+    assert "calibrated confidence (what the cockpit shows) >= 0.5: right" in out
     import json
 
     rows = json.loads(out_json.read_text())["drills"]
     assert [(r["cause"], r["workload"], r["seed"], r["level"]) for r in rows] == [("gpu_oom", "training", 1, "default")]
     assert rows[0]["truth"]["cause"] == "gpu_oom" and isinstance(rows[0]["engine"]["cause"], bool)
     assert datetime.fromisoformat(rows[0]["truth"]["first_anomaly_at"].replace("Z", "+00:00"))
-    [(path, pairs, source)] = handed
+    [(path, pairs, source, margins)] = handed
     assert path == tmp_path / "c.yaml" and source.startswith("tests/perf/drill_bench.py: 1 drills")
     assert pairs == [(rows[0]["engine"]["score"], rows[0]["engine"]["cause"] and rows[0]["engine"]["host"] is not False
                       and rows[0]["engine"]["gpu"] is not False)]
+    assert margins == [(rows[0]["engine"]["margin"], pairs[0][1])] and 0.0 <= margins[0][0] <= pairs[0][0]

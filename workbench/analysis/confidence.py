@@ -36,7 +36,6 @@ HEADER = """\
 # How often the engine's first hypothesis is right, per bin of its raw score and per bin of its margin
 # over the runner-up (workbench/analysis/confidence.py reads it). Fitted, not written by hand:
 #   python tests/perf/drill_bench.py --real --write-calibration workbench/analysis/calibration.yaml
-# (the first fit: python tests/perf/calibration_fit.py --real --write-calibration <this file>).
 # Per bin: n answers, right of them, calibrated = (right + 1) / (n + 2) made monotone over the bins
 # (pool-adjacent-violators, weighted by n): a bin of 2 right of 2 reads 0.75, not 1.0.
 # floor: below it the cockpit and the report say "not sure" and show the runner-up; sure: at and
