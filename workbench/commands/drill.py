@@ -1,11 +1,12 @@
 """Practise on a realistic incident of any cause in the catalog.
 
 `gpuwb drill --list` prints the causes with the workloads they can be drilled on.
-`gpuwb drill CAUSE [--workload training|inference] [--seed N] [--level default|hard|hardest] -o DIR` writes the raw evidence in its
-tools' native formats under DIR/raw, ingests it into DIR/bundle.duckdb, and keeps the truth in
-DIR/answer.json (outside the evidence). Work it with `gpuwb open DIR/bundle.duckdb`, then
-`gpuwb drill score DIR/bundle.duckdb --answer DIR` compares the journal (root cause marked, layer
-verdicts, time to mark) with the truth and prints a scorecard."""
+`gpuwb drill CAUSE [--workload training|inference] [--seed N] [--level default|hard|hardest] -o DIR`
+writes the raw evidence in its tools' native formats under DIR/raw, ingests it into
+DIR/bundle.duckdb, and keeps the truth in DIR/answer.json (outside the evidence). Work it with
+`gpuwb open DIR/bundle.duckdb`, then `gpuwb drill score DIR/bundle.duckdb --answer DIR` compares
+the journal (root cause marked, layer verdicts, time to mark) with the truth and prints a scorecard.
+`--level hard|hardest` adds distractors and gaps (docs/drills.md)."""
 
 from __future__ import annotations
 

@@ -146,8 +146,8 @@ def merge(streams: list[tuple[str, list[str]]], year: int, start: datetime) -> l
     streams' order, and each stream's own order is never changed since its times never go back)."""
     keyed = []
     for n, (label, lines) in enumerate(streams):
-        latest = start
+        latest: datetime | None = None
         for i, (when, line) in enumerate(zip(timeline(lines, year, start), lines)):
-            latest = max(latest, when)
+            latest = when if latest is None else max(latest, when)
             keyed.append(((latest, n, i), f"{label}{line}"))
     return [line for _, line in sorted(keyed, key=lambda item: item[0])]
