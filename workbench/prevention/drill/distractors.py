@@ -228,7 +228,9 @@ def _old_job_training(s: Scene, host: str, kind: str, when: datetime, old: int, 
     lines = [fmt.pylog(began, f"[rank0] torch.distributed initialized: world_size={len(d.buses)} backend=nccl")]
     if kind == "cuda_oom":
         lines += [f"[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {rng.randint(2, 9)}.00 GiB. GPU 1 has a "
-                  f"total capacity of 79.11 GiB of which {rng.randint(100, 900)}.06 MiB is free. Process {pid} has 78.80 GiB memory in use."]
+                  f"total capacity of 79.11 GiB of which {rng.randint(100, 900)}.06 MiB is free. Including non-PyTorch memory, this "
+                  "process has 78.80 GiB memory in use. Of the allocated memory 75.12 GiB is allocated by PyTorch, and 1.93 GiB "
+                  "is reserved by PyTorch but unallocated."]
     elif kind == "nccl_timeout":
         lines += fmt.watchdog(1, when, 5_000 + old % 900, "ALLGATHER", 1 << 18, 1_800_000, 1_800_412)
     else:
@@ -273,7 +275,8 @@ def second_fault(s: Scene) -> dict[str, Any] | None:
     d, rng = s.d, s.rng
     host = rng.choice(s.others)
     kinds = [k for k, like in SECOND_FAULTS.items() if not any(word in d.cause for word in like)]
-    if not s.training or not isinstance(s.work, Job) or not s.work.hang_at or f"{host}/gpu-query.csv" not in d.files:
+    idle = [i for i, row in enumerate(d.files.get(f"{host}/gpu-query.csv", [])) if ", 0 %, " in row]
+    if not idle:  # the throttle reason shows on a GPU the hang left idle
         kinds = [k for k in kinds if k != "idle_throttle"]
     kind = rng.choice(kinds)
     when = d.start + (d.fault - d.start) * rng.uniform(0.2, 0.8)
@@ -290,15 +293,16 @@ def second_fault(s: Scene) -> dict[str, Any] | None:
                      f"pcieport {port}:   device [8086:352a] error status/mask=00001000/00002000",
                      f"pcieport {port}:    [12] Timeout")
     elif kind == "idle_throttle":
-        bus = rng.choice(d.buses).upper()
         rows = d.files[f"{host}/gpu-query.csv"]
-        for i, row in enumerate(rows):
-            cells = row.split(", ")
-            if len(cells) > 7 and cells[2] == f"00000000:{bus}:00.0" and cells[3] == "0 %":
-                cells[7] = "Active"
-                cells[6] = "1005 MHz"
+        bus = rows[rng.choice(idle)].split(", ")[2]
+        changed = []
+        for i in idle:
+            cells = rows[i].split(", ")
+            if cells[2] == bus:
+                cells[6], cells[7] = "1005 MHz", "Active"
                 rows[i] = ", ".join(cells)
-        when = s.work.hang_at if isinstance(s.work, Job) and s.work.hang_at else when
+                changed.append(i)
+        when = stamps.stamp(rows[changed[0]], d.start.year) or when
     else:
         d.texts[f"{host}/df-h.txt"] = (
             "Filesystem      Size  Used Avail Use% Mounted on\n"
