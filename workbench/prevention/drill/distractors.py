@@ -388,13 +388,28 @@ def slurm_out(s: Scene) -> dict[str, Any] | None:
     if not s.training:
         return None
     per_rank = rank_logs(d)
-    streams = []
+    streams = [(f"{node}: ", _rendezvous(d, node)) for node in range(len(d.hosts))]
     for rank in sorted(per_rank):
         node, local = rank // d.gpus_per_host, rank % d.gpus_per_host
         streams.append((f"{node}: [default{local}]:", per_rank[rank]))
     d.files[s.out] = stamps.merge(streams, d.start.year, d.start)
     s.labels = "node"
     return {"file": s.out, "tasks": {str(n): h for n, h in enumerate(d.hosts)}}
+
+
+def _rendezvous(d: Drill, node: int) -> list[str]:
+    """What each node's torchrun agent prints before it starts its workers (torch elastic's
+    ``Rendezvous complete for workers. Result:`` and its fields, as in
+    https://github.com/pytorch/pytorch/issues/147064's logs): the node's group rank and its workers'
+    global ranks, the one place a task number and the ranks it runs meet."""
+    n, g = d.gpus_per_host, len(d.hosts)
+    ranks = list(range(node * n, node * n + n))
+    when = d.start - timedelta(seconds=2, milliseconds=node * 37)
+    return [fmt.elastic(when, "I", 4100 + node * 11, "agent/server/api.py:525",
+                        "[default] Rendezvous complete for workers. Result:"),
+            "  restart_count=0", f"  master_addr={d.hosts[0]}", "  master_port=29500", f"  group_rank={node}",
+            f"  group_world_size={g}", f"  local_ranks={list(range(n))}", f"  role_ranks={ranks}",
+            f"  global_ranks={ranks}", f"  role_world_sizes={[n * g] * n}", f"  global_world_sizes={[n * g] * n}"]
 
 
 # -- clocks that disagree -------------------------------------------------------------------------

@@ -133,15 +133,20 @@ def test_the_ranks_output_is_one_srun_out_labelled_by_node(tmp_path: Path) -> No
         assert not [k for k in files if re.search(r"/rank\d+\.log$", k)]
         lines = files[merged["file"]].decode().splitlines()
         hosts = merged["tasks"]
-        assert all(re.match(r"^\d+: \[default\d+\]:", line) for line in lines)
-        world = int(re.search(r"world_size=(\d+)", lines[0]).group(1))
+        workers = [line for line in lines if re.match(r"^\d+: \[default\d+\]:", line)]
+        agents = [line for line in lines if line not in workers]
+        assert len(workers) > len(agents) and all(re.match(r"^\d+: (I\d{4} |  \w+=)", line) for line in agents)
+        world = int(re.search(r"world_size=(\d+)", workers[0]).group(1))
         per_node = world // len(hosts)
-        for line in lines:
+        for line in workers:
             m = re.match(r"^(\d+): \[default(\d+)\]:.*\[[Rr]ank ?(\d+)\]", line)
             if m:
                 task, local, rank = map(int, m.groups())
                 assert (task, local) == divmod(rank, per_node)
         assert {line.split(":")[0] for line in lines} == set(hosts)
+        for task in hosts:  # each node's agent says which global ranks its task runs
+            ranks = list(range(int(task) * per_node, (int(task) + 1) * per_node))
+            assert f"{task}:   global_ranks={ranks}" in lines
         assert hosts[str(w.truth.rank // per_node)] == w.truth.host
         assert any(f"[rank{w.truth.rank}]: torch.OutOfMemoryError" in line for line in lines)
 
