@@ -222,7 +222,9 @@ def test_the_cli_writes_the_hardest_level_and_refuses_a_bad_one(tmp_path: Path, 
 
 
 HARD = [("gpu_oom", "training"), ("gpu_oom", "inference"), ("host_oom_kill", "training"),
-        ("host_oom_kill", "inference"), ("ecc_uncorrectable", "training"), ("ecc_uncorrectable", "inference")]
+        ("host_oom_kill", "inference"), ("ecc_uncorrectable", "training"), ("ecc_uncorrectable", "inference"),
+        ("gpu_fell_off_bus", "training"), ("gpu_fell_off_bus", "inference"), ("preemption", "training"),
+        ("preemption", "inference")]
 
 
 @pytest.mark.parametrize(("cause", "workload"), HARD)
