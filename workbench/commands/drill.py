@@ -1,11 +1,12 @@
 """Practise on a realistic incident of any cause in the catalog.
 
 `gpuwb drill --list` prints the causes with the workloads they can be drilled on.
-`gpuwb drill CAUSE [--workload training|inference] [--seed N] -o DIR` writes the raw evidence in its
-tools' native formats under DIR/raw, ingests it into DIR/bundle.duckdb, and keeps the truth in
-DIR/answer.json (outside the evidence). Work it with `gpuwb open DIR/bundle.duckdb`, then
-`gpuwb drill score DIR/bundle.duckdb --answer DIR` compares the journal (root cause marked, layer
-verdicts, time to mark) with the truth and prints a scorecard."""
+`gpuwb drill CAUSE [--workload training|inference] [--seed N] [--level default|hard|hardest] -o DIR`
+writes the raw evidence in its tools' native formats under DIR/raw, ingests it into
+DIR/bundle.duckdb, and keeps the truth in DIR/answer.json (outside the evidence). Work it with
+`gpuwb open DIR/bundle.duckdb`, then `gpuwb drill score DIR/bundle.duckdb --answer DIR` compares
+the journal (root cause marked, layer verdicts, time to mark) with the truth and prints a scorecard.
+`--level hard|hardest` adds distractors and gaps (docs/drills.md)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the workload the incident happens to (default: the cause's first)")
     parser.add_argument("--seed", type=non_negative_int, default=1, metavar="N",
                         help="varies hosts, GPUs, times and noise (default 1); the same seed writes the same bytes")
+    parser.add_argument("--level", choices=("default", "hard", "hardest"), default="default",
+                        help="distractors and gaps: hard adds other jobs' old failures and one missing source, hardest "
+                             "also a second fault, clock skew and an srun -l .out (default: none; see docs/drills.md)")
     parser.add_argument("-o", "--out", metavar="DIR", help="the drill's folder (raw/, answer.json, bundle.duckdb)")
     parser.add_argument("--no-ingest", action="store_true",
                         help="only write the raw evidence and the answer; ingest later with gpuwb ingest")
@@ -50,15 +54,17 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("a drill needs -o DIR, the folder to write it to")
     from workbench.prevention.drill import write  # deferred: keeps `gpuwb --help` fast
 
-    written = write(args.target, args.workload, args.seed, Path(args.out), ingest=not args.no_ingest)
+    written = write(args.target, args.workload, args.seed, Path(args.out), ingest=not args.no_ingest, level=args.level)
     out = Path(args.out)
     if args.json:
         sys.stdout.write(json.dumps({"cause": args.target, "workload": written.truth.workload, "seed": args.seed,
+                                     "level": args.level, "distractors": [x["name"] for x in written.truth.distractors],
                                      "raw": str(written.raw), "files": len(written.files),
                                      "answer": str(out / "answer.json"),
                                      "bundle": str(written.bundle) if written.bundle else None}) + "\n")
         return 0
-    print(f"Drill {args.target} ({written.truth.workload}, seed {args.seed}): {written.truth.title}")
+    level = "" if args.level == "default" else f", level {args.level}"
+    print(f"Drill {args.target} ({written.truth.workload}, seed {args.seed}{level}): {written.truth.title}")
     print(f"  evidence: {written.raw}/ ({len(written.files)} files)")
     if written.bundle:
         print(f"  bundle:   {written.bundle}")

@@ -13,10 +13,12 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from workbench.analysis.causes import load_causes
 from workbench.errors import UsageError
-from workbench.prevention.drill import serving, training
+from workbench.prevention.drill import distractors, serving, training
+from workbench.prevention.drill.distractors import LEVELS
 from workbench.prevention.drill.incident import Drill, Truth
 from workbench.prevention.drill.registry import Fault, faults, workloads_of
 
@@ -58,17 +60,36 @@ def pick(cause: str, workload: str | None) -> Fault:
     return faults()[(cause, chosen)]
 
 
-def generate(cause: str, workload: str | None, seed: int) -> Drill:
-    """Build the incident in memory: places and times from the seed, the cause's evidence, the noise."""
+def generate(cause: str, workload: str | None, seed: int, level: str = "default") -> Drill:
+    """Build the incident in memory: places and times from the seed, the cause's evidence, the noise,
+    then the level's distractors (:mod:`workbench.prevention.drill.distractors`), which know what the
+    fault generator wrote so that no gap takes the culprit's own evidence away."""
+    if level not in LEVELS:
+        raise DrillError(f"unknown drill level {level!r}; choose one of {', '.join(LEVELS)}")
     chosen = pick(cause, workload)
     d = Drill.draw(cause, chosen.workload, seed)
-    (training if chosen.workload == "training" else serving).build(d, chosen.write)
+    d.level = level
+    module = training if chosen.workload == "training" else serving
+    if level == "default":
+        module.build(d, chosen.write)
+        return d
+    done: list[distractors.Touched] = []
+
+    def traced(work: Any) -> None:
+        before = distractors.snapshot(d, work)
+        chosen.write(work)
+        done.append(distractors.touched(before, d, work))
+
+    work = module.build(d, traced)
+    d.distractors = distractors.apply(d, work, done[0], level)
     return d
 
 
-def write(cause: str, workload: str | None, seed: int, out: Path, *, ingest: bool = True) -> Written:
-    """Write the drill under ``out`` (raw evidence, answer, and unless told not to, the bundle)."""
-    d = generate(cause, workload, seed)
+def write(cause: str, workload: str | None, seed: int, out: Path, *, ingest: bool = True,
+          level: str = "default") -> Written:
+    """Write the drill under ``out`` (raw evidence, answer, and unless told not to, the bundle) at
+    ``level``; ``default`` writes what a drill wrote before levels existed, byte for byte."""
+    d = generate(cause, workload, seed, level)
     _prepare(out)
     raw = out / "raw"
     module = training if d.workload == "training" else serving

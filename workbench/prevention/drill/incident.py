@@ -40,13 +40,19 @@ class Truth:
     """The first abnormal sign in the evidence (the first link of the chain: the driver upgrade before
     Fabric Manager failed, the first slow step of the rank that later stalls), what ``analyze``'s
     ``first_anomaly`` should name; the injection time when the generator names nothing earlier."""
+    level: str = "default"
+    """The drill level (:data:`workbench.prevention.drill.distractors.LEVELS`) the evidence was written at."""
+    distractors: list[dict[str, Any]] = field(default_factory=list)
+    """What the level added, removed or shifted (name, description, details such as each skewed host's
+    offset): the times above stay on the reference clock whatever a skewed host's lines say."""
 
     def to_json(self) -> dict[str, Any]:
         return {"cause": self.cause, "layer": self.layer, "workload": self.workload, "seed": self.seed,
                 "host": self.host, "gpu": self.gpu, "rank": self.rank,
                 "injected_at": iso(self.injected_at, "microseconds"),
                 "detected_at": iso(self.detected_at, "microseconds"), "title": self.title,
-                "first_anomaly_at": iso(self.first_anomaly_at or self.injected_at, "microseconds")}
+                "first_anomaly_at": iso(self.first_anomaly_at or self.injected_at, "microseconds"),
+                "level": self.level, "distractors": self.distractors}
 
 
 @dataclass
@@ -77,6 +83,9 @@ class Drill:
     """Whether the truth names the culprit GPU (a cause that lives on one GPU and shows it)."""
     place_host: bool = True
     """Whether the truth names the culprit host; not for a cause of the whole job or fleet."""
+    level: str = "default"
+    distractors: list[dict[str, Any]] = field(default_factory=list)
+    """What the level's distractors did, for the truth (see :class:`Truth`)."""
 
     @classmethod
     def draw(cls, cause: str, workload: str, seed: int) -> Drill:
@@ -142,7 +151,8 @@ class Drill:
                      gpu=self.gpu if self.place_gpu and self.place_host else None,
                      rank=self.rank if self.workload == "training" and self.place_host else None,
                      injected_at=self.fault, detected_at=self.detected or self.fault, title=self.title,
-                     first_anomaly_at=self.first_sign or self.fault)
+                     first_anomaly_at=self.first_sign or self.fault, level=self.level,
+                     distractors=list(self.distractors))
 
     def write(self, raw: Path, mtime: datetime) -> list[Path]:
         """Write every raw file under ``raw``, each stamped with the capture time (same bytes every run)."""
