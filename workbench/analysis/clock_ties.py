@@ -5,7 +5,8 @@ or more clocks stamped: every rank of a collective started it together (the watc
 elapsed milliseconds), every rank of a synchronous training job finishes step N together (data
 parallelism waits on the all-reduce), one job state change logged by each node's daemon and by the
 controller, one Kubernetes event as the API server stored it and as the node's kubelet logged it, and
-each host's ``date`` printed in a capture that one collector stamped.
+each host's ``date`` printed in a capture that one collector stamped, and a container the API server
+saw end ``OOMKilled`` against the node kernel's kill of a container's process.
 
 Some artifacts are stamped by a *reference clock* (the Slurm controller, the Kubernetes API, the
 Prometheus server, the deploy system): a line there about a host (``node dgx32 DOWN``) is not on that
@@ -47,11 +48,11 @@ CONTROLLER_LOG_KINDS: frozenset[str] = frozenset({"slurm_log"})
 centrally: slurmctld.log) and a node's own daemon (slurmd, slurmstepd) when it sits under a host."""
 
 SLACK_S: dict[str, float] = {"nccl_collective": 1.0, "job_state": 2.0, "training_step": 2.0, "k8s_event": 2.0,
-                             "capture_date": 1.0}
+                             "capture_date": 1.0, "oom_exit": 2.0}
 """How far apart, in true time, the observations of one moment of each tie kind may be: a collective
 starts within milliseconds on every rank; a step ends within one step's time; a daemon logs a state
 change a second or two after the controller decided it; ``date`` prints whole seconds."""
-STRONG: frozenset[str] = frozenset({"nccl_collective", "job_state", "capture_date"})
+STRONG: frozenset[str] = frozenset({"nccl_collective", "job_state", "capture_date", "oom_exit"})
 """Tie kinds exact enough that one moment alone gives an offset; the others need two moments."""
 
 
@@ -138,7 +139,45 @@ def ties(con: duckdb.DuckDBPyConnection, reference: frozenset[str] | None = None
             clock = host or (places[rank].host if rank in places else None)
         if clock is not None:
             out.append(Tie(moment=moment, clock=clock, t=float(t), kind=kind))
-    return out + capture_ties(con)
+    return out + capture_ties(con) + oom_ties(con, reference)
+
+
+OOM_PAIR_S = 180.0
+"""A container's ``OOMKilled`` end and a kernel OOM kill in a container's cgroup on its node this close
+are paired, when each is the other's only candidate: the runtime records the exit the moment the kernel
+kills the process. Wider than any skew worth correcting this way, narrow enough that another
+container's kill an hour before is not a candidate."""
+
+_OOM = """
+SELECT e.artifact, coalesce(e.attrs->>'node', e.host) AS node, epoch(e.ts) AS t,
+       e.kind = 'k8s_event' AS api
+FROM event e
+WHERE e.ts IS NOT NULL AND ((e.kind = 'k8s_event' AND e.attrs->>'reason' = 'OOMKilled')
+   OR (e.kind = 'oom_kill' AND coalesce(e.attrs->>'cgroup', e.attrs->>'oom_cgroup', '') LIKE '%kubepods%'))
+"""
+
+
+def oom_ties(con: duckdb.DuckDBPyConnection, reference: frozenset[str]) -> list[Tie]:
+    """A container's OOMKilled end on the API server's clock against the kernel's kill on its node's."""
+    api: dict[str, list[float]] = {}
+    kernel: dict[str, list[float]] = {}
+    for artifact, node, t, is_api in con.execute(_OOM).fetchall():
+        if node is None:
+            continue
+        if is_api and artifact in reference:
+            api.setdefault(node, []).append(float(t))
+        elif not is_api and artifact not in reference:
+            kernel.setdefault(node, []).append(float(t))
+    out: list[Tie] = []
+    for node, ends in sorted(api.items()):
+        kills = sorted(set(kernel.get(node, [])))
+        for end in sorted(set(ends)):
+            near = [k for k in kills if abs(k - end) <= OOM_PAIR_S]
+            if len(near) == 1 and sum(abs(near[0] - e) <= OOM_PAIR_S for e in set(ends)) == 1:
+                moment = f"oom:{node}:{end:.0f}"
+                out += [Tie(moment=moment, clock=REFERENCE, t=end, kind="oom_exit"),
+                        Tie(moment=moment, clock=node, t=near[0], kind="oom_exit")]
+    return out
 
 
 def capture_ties(con: duckdb.DuckDBPyConnection) -> list[Tie]:

@@ -191,3 +191,26 @@ def test_two_hosts_that_disagree_with_no_third_clock_get_no_offset(tmp_path: Pat
              for s in (100, 200, 300) for r in range(4)]
     path = build(tmp_path / "b.duckdb", [("nccl_log", None, rows)])
     assert offsets_of(path) == {}
+
+
+def oom_parts(kills: tuple[float, ...]) -> list[tuple[str, str | None, list]]:
+    """The API server saw vllm-0 end OOMKilled at 300 s; node09's kernel logged its kills by its own clock."""
+    ended = Event(kind="k8s_event", message="OOMKilled Pod/vllm-0", ts=at(300), host="node09", layer="scheduling",
+                  attrs={"object": "Pod/vllm-0", "namespace": "serving", "container": "vllm", "reason": "OOMKilled",
+                         "node": "node09", "exit_code": 137}, line=1)
+    kernel = [Event(kind="oom_kill", message="Memory cgroup out of memory: Killed process 6679 (python3)",
+                    ts=at(when, "node09"), host="node09", layer="host",
+                    attrs={"pid": 6679 + n, "cgroup": "/kubepods.slice/kubepods-pod8d1a.slice/cri-containerd.scope"},
+                    line=n + 1) for n, when in enumerate(kills)]
+    return [("k8s_pods_json", None, [ended]), ("dmesg_ctime", "node09", kernel)]
+
+
+def test_container_oom_end_against_the_kernels_kill_on_its_node(tmp_path: Path) -> None:
+    path = build(tmp_path / "b.duckdb", oom_parts((299.6,)))
+    assert offsets_of(path) == {"node09": pytest.approx(40.0, abs=0.5)}
+
+
+def test_two_kernel_kills_near_one_container_end_are_no_tie(tmp_path: Path) -> None:
+    """Which of two kills ended the container cannot be told from the times: no offset."""
+    path = build(tmp_path / "b.duckdb", oom_parts((299.6, 250.0)))
+    assert offsets_of(path) == {}
