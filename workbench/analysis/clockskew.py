@@ -82,13 +82,11 @@ def estimate(found: list[Tie]) -> dict[str, float]:
         if not learned:
             break
         known.update(learned)
+    finest: dict[str, float] = {}
+    for tie in found:  # an offset smaller than the slack of the host's finest tie kind is within its noise
+        finest[tie.clock] = min(finest.get(tie.clock, MAX_OFFSET_S), SLACK_S.get(tie.kind, MIN_OFFSET_S))
     return {host: round(value, 3) for host, value in sorted(known.items())
-            if host != REFERENCE and MIN_OFFSET_S <= abs(value) <= MAX_OFFSET_S
-            and abs(value) >= min(SLACK_S.get(k, 1.0) for k in _kinds_of(host, found))}
-
-
-def _kinds_of(host: str, found: list[Tie]) -> set[str]:
-    return {tie.kind for tie in found if tie.clock == host} or {"nccl_collective"}
+            if host != REFERENCE and max(MIN_OFFSET_S, finest.get(host, MIN_OFFSET_S)) <= abs(value) <= MAX_OFFSET_S}
 
 
 def _agreed(values: list[tuple[float, str]]) -> float | None:
