@@ -33,6 +33,7 @@ import duckdb
 
 from collectors.base import gpu_id
 from collectors.framework.hostlist import expand_hostlist as slurm_hostlist
+from workbench.analysis.clockskew import offset_of
 from workbench.query.rank_places import rank_places
 from workbench.times import iso
 
@@ -205,7 +206,7 @@ class Engine:
         if row.get("gpu"):
             row["gpu"] = gpu_id(row["gpu"])
         ts = row.get("ts")
-        row["at"] = ts - timedelta(seconds=self.offsets.get(row.get("host") or "", 0.0)) if ts else None
+        row["at"] = ts - timedelta(seconds=offset_of(self.offsets, row)) if ts else None
         return row
 
     def group_symptoms(self, rows: list[dict[str, Any]]) -> list[SymptomGroup]:
