@@ -33,6 +33,7 @@ import duckdb
 
 from collectors.base import gpu_id
 from collectors.framework.hostlist import expand_hostlist as slurm_hostlist
+from workbench.analysis.localisation import PEER_RELATION, PeerResolver, attribute, count_once, reporters
 from workbench.query.rank_places import rank_places
 from workbench.times import iso
 
@@ -62,6 +63,8 @@ class Place:
     machines: set[str] = field(default_factory=set)
     gpus_in_use: dict[str, set[str]] = field(default_factory=dict)
     known_gpus: dict[str, set[str]] = field(default_factory=dict)
+    peers: PeerResolver | None = None
+    """Which host an address, GID or ``host:port`` in a line belongs to (workbench/analysis/localisation.py)."""
 
     @classmethod
     def of(cls, con: duckdb.DuckDBPyConnection) -> Place:
@@ -86,6 +89,7 @@ class Place:
                 "SELECT DISTINCT host, gpu FROM gpu_sample WHERE gpu IS NOT NULL UNION "
                 "SELECT DISTINCT host, gpu FROM topology WHERE gpu IS NOT NULL").fetchall():
             place.known_gpus.setdefault(host or "", set()).add(gpu_id(gpu))
+        place.peers = PeerResolver.of(con, place.machines)
         return place
 
     def ranks_at(self, host: str | None, gpu: str | None) -> list[int]:
@@ -234,6 +238,8 @@ class Engine:
             self.locate(row)
             entry = self.causes[row["cause"]]
             scope = entry["scope"]
+            if scope in ("gpu", "host"):
+                row = attribute(row, self.place.peers)  # a line about a peer counts on the peer
             host = row["host"] if scope in ("gpu", "host") else None
             gpu = row["gpu"] if scope == "gpu" else None
             key = (row["cause"], host, gpu)
@@ -242,6 +248,8 @@ class Engine:
                 cand = found[key] = Candidate(cause=row["cause"], layer=entry["layer"], scope=scope, host=host,
                                               gpu=gpu)
             cand.rows.append(row)
+        for cand in found.values():
+            count_once(cand.rows)
         self._fold_gpuless(found)
         self._fold_hostless(found)
         out = [episode for cand in found.values() for episode in self._episodes(cand)]
@@ -380,6 +388,8 @@ class Engine:
                 r = 0.5
         elif _same_host(g.host, c.host):
             r = 0.8 if (c.gpu and g.gpus and c.gpu not in g.gpus) else 1.0
+        elif g.host in self._reporters(c):
+            r = PEER_RELATION  # the symptom's host reported the failure against c's host
         elif c.host in self.place.job_hosts and g.host in self.place.job_hosts:
             r = 0.6
         elif g.host not in self.place.machines:
@@ -390,6 +400,14 @@ class Engine:
         if c.scope == "gpu" and c.gpu and in_use and c.gpu not in in_use:
             r *= 0.3
         return r
+
+    def _reporters(self, c: Candidate) -> set[str]:
+        """The hosts that reported c's failure against c's host (cached per candidate and row count)."""
+        key = (id(c), len(c.rows))
+        cache = self.__dict__.setdefault("_reporter_cache", {})
+        if key not in cache:
+            cache[key] = reporters(c.rows)
+        return cache[key]
 
     def timing(self, c: Candidate, g: SymptomGroup) -> float:
         """1 when the cause was active shortly before the symptom (its latest significant evidence
