@@ -34,7 +34,7 @@ import duckdb
 from collectors.base import gpu_id
 from collectors.framework.hostlist import expand_hostlist as slurm_hostlist
 from workbench.analysis.localisation import PEER_RELATION, PeerResolver, attribute, count_once, reporters
-from workbench.query.rank_places import rank_places
+from workbench.query.rank_places import job_nodes, rank_places
 from workbench.times import iso
 
 LOW_SCORE = 0.2
@@ -79,6 +79,7 @@ class Place:
                 place.job_hosts.add(where.host)
                 if where.gpu:
                     place.gpus_in_use.setdefault(where.host, set()).add(gpu_id(where.gpu))
+        place.job_hosts |= set(job_nodes(con, None) or ())  # the scheduler's node list, when no rank map names them
         place.machines = {r[0] for r in con.execute(
             "SELECT DISTINCT host FROM event WHERE host IS NOT NULL AND coalesce(ts_origin, '') <> 'derived' "
             "UNION SELECT DISTINCT host FROM gpu_sample WHERE host IS NOT NULL "
@@ -89,7 +90,7 @@ class Place:
                 "SELECT DISTINCT host, gpu FROM gpu_sample WHERE gpu IS NOT NULL UNION "
                 "SELECT DISTINCT host, gpu FROM topology WHERE gpu IS NOT NULL").fetchall():
             place.known_gpus.setdefault(host or "", set()).add(gpu_id(gpu))
-        place.peers = PeerResolver.of(con, place.machines)
+        place.peers = PeerResolver.of(con, place.machines, place.job_hosts)
         return place
 
     def ranks_at(self, host: str | None, gpu: str | None) -> list[int]:

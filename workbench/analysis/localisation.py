@@ -8,7 +8,9 @@ that names exactly one other known host P (by IPv4 ``10.1.2.3<port>`` or ``10.1.
 ``[fe80::1]:port`` or a GID ``fe80::a088:c203:f1:e20e``, ``host:port`` or ``host.domain``) counts on P,
 at PEER_DISCOUNT of its strength (the reporter only knows the peer stopped answering, not why), and
 no longer on A. So P's own ``Link down`` outranks A's completion errors, and P is still named when
-its own log is lost, because everyone else blames it.
+its own log is lost, because everyone else blames it. A line that blames a peer's address nobody in
+the bundle owns (no NCCL init lines, no hosts file) stays on its writer at the same discount: the
+host whose own kernel logged the link going down still outranks it.
 
 Addresses resolve to hosts through what the bundle says about them (PeerResolver.of): NCCL's init and
 bootstrap lines (topology ``extra.oob``/``net_devices`` and the reader's ``net.addr.*`` host facts),
@@ -29,6 +31,7 @@ from typing import Any
 
 import duckdb
 
+from collectors.addresses import usable
 from workbench.ingest.derivations.fabric_peers import KIND as SUMMARY_KIND
 from workbench.ingest.derivations.fabric_peers import address_map, normalize_ip
 
@@ -51,6 +54,10 @@ _NAME = re.compile(r"(?<![\w.\-/@])([A-Za-z][\w\-]*(?:\.[A-Za-z0-9][\w\-]*)*)(?:
 """A host name with a port (``node14:29500``) or a domain (``node14.cluster.local``); a bare short name
 is a word, not a mention, and ``host:pid:tid`` (NCCL's header) is not a port."""
 
+_PEER_ADDRESS = re.compile(r"\b(?:peer|remote)\b[^\d\[]{0,12}\[?"
+                           r"(?P<ip>\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f:]*:[0-9A-Fa-f:]+)\]?(?:<\d+>|:\d+)")
+"""An address with a port that the line calls the peer's or the remote's."""
+
 
 def _gid(text: str) -> str | None:
     """An IPv6 address or GID in one comparable form; None when it is not one."""
@@ -71,11 +78,13 @@ class PeerResolver:
     names: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, con: duckdb.DuckDBPyConnection, hosts: Iterable[str]) -> PeerResolver:
-        """The resolver of a bundle whose known hosts are ``hosts`` (Place.machines)."""
+    def of(cls, con: duckdb.DuckDBPyConnection, hosts: Iterable[str],
+           job_hosts: Iterable[str] = ()) -> PeerResolver:
+        """The resolver of a bundle whose known hosts are ``hosts`` (Place.machines), the job's ``job_hosts``."""
         resolver = cls.from_hosts(hosts)
         resolver.addresses.update(address_map(con))
         resolver.add_addresses(_local_gids(con))
+        resolver.add_addresses(_by_elimination(con, resolver, set(job_hosts)))
         return resolver
 
     @classmethod
@@ -131,6 +140,18 @@ class PeerResolver:
             if host is not None:
                 yield host
 
+    def unknown_peer(self, text: str | None, own: str | None) -> str | None:
+        """The address of a peer a line calls one (``from peer 10.1.2.3<4031>``, ``remote peer
+        [fd00::5]:29500``) that no host of the bundle owns, nor ``own``; None when it names none. Without
+        NCCL's init lines or a hosts file nobody can say whose it is, but it is not the writer's."""
+        if not text or ("peer" not in text and "remote" not in text):
+            return None
+        for m in _PEER_ADDRESS.finditer(text):
+            key = normalize_ip(m.group("ip"))
+            if key is not None and usable(key) is not None and self.addresses.get(key) is None:
+                return key
+        return None
+
     def peer_named(self, text: str | None, own: str | None) -> str | None:
         """The one other host a line written on ``own`` names; None when it names none, or several."""
         if not text or not own or not (self.addresses or self.names):
@@ -138,6 +159,31 @@ class PeerResolver:
         own_key = own.lower()
         peers = {h for h in self.mentions(text) if h.lower() != own_key}
         return next(iter(peers)) if len(peers) == 1 else None
+
+
+def _by_elimination(con: duckdb.DuckDBPyConnection, resolver: PeerResolver,
+                    job_hosts: set[str]) -> list[tuple[str, str]]:
+    """Addresses no evidence owns, named as the peer in NCCL network errors: a peer is a host of the
+    job other than the reporter, so when every host of the job but one reported against the address,
+    it is that one's (a two-node job's reporter can only mean the other node). Only when each such
+    address leaves a different host, and that host owns no known address yet."""
+    if len(job_hosts) < 2:
+        return []
+    try:
+        rows = con.execute("SELECT DISTINCT host, attrs->>'peer_ip' FROM event WHERE kind = 'nccl_net_error' "
+                           "AND host IS NOT NULL AND (attrs->>'peer_ip') IS NOT NULL").fetchall()
+    except duckdb.Error:
+        return []
+    reporters_of: dict[str, set[str]] = defaultdict(set)
+    for host, ip in rows:
+        key = normalize_ip(ip)
+        if key is not None and usable(key) is not None and key not in resolver.addresses:
+            reporters_of[key].add(host)
+    owners = set(resolver.addresses.values())
+    left = {ip: job_hosts - who for ip, who in reporters_of.items() if who <= job_hosts}
+    found = [(ip, next(iter(rest))) for ip, rest in left.items() if len(rest) == 1 and not rest & owners]
+    hosts = [host for _, host in found]
+    return [(ip, host) for ip, host in found if hosts.count(host) == 1]
 
 
 def _local_gids(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
@@ -154,12 +200,18 @@ def attribute(row: dict[str, Any], resolver: PeerResolver | None) -> dict[str, A
     """The row as evidence about its place: unchanged when it is about the host that wrote it, else a copy
     placed on the peer it names (``host``), which says who wrote it (``reported_by``, ``reporter_rank``),
     with its strength discounted (the original kept as ``reported_strength``). Its time ``at`` stays on
-    the reporter's clock, where it was written."""
-    if resolver is None or row.get("reported_by"):
+    the reporter's clock, where it was written. A line that calls an address nobody in the bundle owns
+    its peer's stays on its writer, discounted all the same (``about_peer``: that address): it is no
+    strong claim on the writer, whose own evidence, if any, is elsewhere."""
+    if resolver is None or row.get("reported_by") or row.get("about_peer"):
         return row
     peer = resolver.peer_named(row.get("text"), row.get("host"))
     if peer is None:
-        return row
+        unknown = resolver.unknown_peer(row.get("text"), row.get("host"))
+        if unknown is None:
+            return row
+        return {**row, "about_peer": unknown, "reported_strength": row["strength"],
+                "strength": row["strength"] * PEER_DISCOUNT}
     return {**row, "host": peer, "gpu": None, "rank": None, "reported_by": row["host"],
             "reporter_rank": row.get("rank"), "reported_strength": row["strength"],
             "strength": row["strength"] * PEER_DISCOUNT}

@@ -123,7 +123,7 @@ def _srun_blocks(con: duckdb.DuckDBPyConnection, claims: dict[int, _Claims],
         return
     tasks = 1 + max(rank for rank, _ in unhosted)
     named = {job for _, job in unhosted if job}
-    nodes = _job_nodes(con, named) or _job_nodes(con, None)
+    nodes = job_nodes(con, named) or job_nodes(con, None)
     if nodes is None:
         return
     world = world_size(con)
@@ -147,7 +147,7 @@ def _srun_blocks(con: duckdb.DuckDBPyConnection, claims: dict[int, _Claims],
             claim.sources.add("slurm_nodelist")
 
 
-def _job_nodes(con: duckdb.DuckDBPyConnection, jobs: set[str] | None) -> list[str] | None:
+def job_nodes(con: duckdb.DuckDBPyConnection, jobs: set[str] | None) -> list[str] | None:
     """The node list of the named job, else of the one multi-node job the bundle holds (the job with
     the most nodes; None when two different lists tie)."""
     lists: dict[str, list[str]] = {}

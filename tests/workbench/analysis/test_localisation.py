@@ -127,3 +127,40 @@ def test_the_resolver_reads_the_bundles_addresses(tmp_path: Path) -> None:
         resolver = PeerResolver.of(bundle.con, HOSTS + ("node09",))
     assert resolver.host_of("10.10.3.8<0>") == "node08" and resolver.host_of("10.10.3.7") == "node07"
     assert resolver.host_of("10.10.9.9") == "node09"
+
+
+def test_a_peer_address_nobody_owns_is_no_strong_claim_on_the_writer(resolver: PeerResolver) -> None:
+    row = {"host": "node07", "rank": 1, "gpu": None, "strength": 0.5,
+           "text": "NET/IB : Got completion from peer 10.99.0.4<40101> with status=12"}
+    kept = attribute(row, resolver)
+    assert kept["host"] == "node07" and kept["about_peer"] == "10.99.0.4"
+    assert kept["strength"] == pytest.approx(0.5 * PEER_DISCOUNT)
+    bridge = {**row, "text": "socketStartConnect: Connect to 172.17.0.1<45123> failed : Software caused "
+                             "connection abort"}
+    assert attribute(bridge, resolver) is bridge  # dialling its own bridge is the writer's own fault
+
+
+def test_without_any_address_map_the_own_link_down_still_wins(tmp_path: Path) -> None:
+    """No NCCL init lines (no topology addresses): the reports cannot be resolved to node08, yet node08's
+    own Link down outranks node07's reports against an unknown peer."""
+    rows = [r for r in _fabric_incident(True) if not isinstance(r, Topology)]
+    top = run(make_bundle(tmp_path / "b.duckdb", rows))["hypotheses"][0]
+    assert (top["cause"], top["host"]) == ("network_fabric_errors", "node08")
+
+
+def _job_nodes() -> Event:
+    return Event(kind="job_state", message="job 4242 FAILED", ts=at(602), host="node07", job="4242",
+                 layer="scheduling", attrs={"job": "4242", "state": "FAILED", "nodes": list(HOSTS)}, line=1)
+
+
+def test_a_peer_address_left_to_one_job_host_is_that_hosts(tmp_path: Path) -> None:
+    """No address evidence and no kernel log of node08: node07 reports against 10.10.3.8, and the job ran
+    on node07 and node08, so the peer can only be node08."""
+    rows = [r for r in _fabric_incident(False) if not isinstance(r, Topology)] + [_job_nodes()]
+    path = make_bundle(tmp_path / "b.duckdb", rows)
+    with Bundle.open(path) as bundle:
+        assert PeerResolver.of(bundle.con, HOSTS, HOSTS).host_of("10.10.3.8") == "node08"
+        assert PeerResolver.of(bundle.con, HOSTS, ("node07",)).host_of("10.10.3.8") is None
+        assert PeerResolver.of(bundle.con, HOSTS, (*HOSTS, "node09")).host_of("10.10.3.8") is None
+    top = run(path)["hypotheses"][0]
+    assert (top["cause"], top["host"]) == ("network_fabric_errors", "node08")
