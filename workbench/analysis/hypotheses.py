@@ -197,6 +197,7 @@ class Engine:
         self.causes = causes
         self.horizon = horizon_s
         self.tolerance = tolerance_s
+        self._reporter_cache: dict[tuple[int, int], set[str]] = {}
 
     # -- rows --------------------------------------------------------------------------------
     def locate(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -405,10 +406,9 @@ class Engine:
     def _reporters(self, c: Candidate) -> set[str]:
         """The hosts that reported c's failure against c's host (cached per candidate and row count)."""
         key = (id(c), len(c.rows))
-        cache = self.__dict__.setdefault("_reporter_cache", {})
-        if key not in cache:
-            cache[key] = reporters(c.rows)
-        return cache[key]
+        if key not in self._reporter_cache:
+            self._reporter_cache[key] = reporters(c.rows)
+        return self._reporter_cache[key]
 
     def timing(self, c: Candidate, g: SymptomGroup) -> float:
         """1 when the cause was active shortly before the symptom (its latest significant evidence
