@@ -92,7 +92,7 @@ class PeerResolver:
         """Names (full and short, case-insensitive) of ``hosts``; a short name two hosts share is nobody's."""
         names: dict[str, set[str]] = defaultdict(set)
         for host in hosts:
-            if host:
+            if host and host.split(".", 1)[0].lower() != "localhost":  # every machine's own name for itself
                 names[host.lower()].add(host)
                 names[host.split(".", 1)[0].lower()].add(host)
         resolver = cls(names={k: next(iter(v)) for k, v in names.items() if len(v) == 1})

@@ -62,6 +62,7 @@ def test_a_short_name_two_domains_share_is_nobodys() -> None:
     assert resolver.host_of("n1") is None
     assert resolver.host_of("n1.east:22") == "n1.east"
     assert resolver.host_of("N2.cluster") == "n2"
+    assert PeerResolver.from_hosts(("localhost", "n2")).peer_named("connect to localhost:29500", "n2") is None
 
 
 def test_attribute_moves_a_peer_report_to_the_peer_at_a_discount(resolver: PeerResolver) -> None:
