@@ -90,6 +90,8 @@ class _Header:
     dev: int
     ranks: set[int] = field(default_factory=set)
     local_ranks: set[int] = field(default_factory=set)
+    task_ranks: set[int] = field(default_factory=set)
+    """ranks a launcher's task number gave (srun -l, mpirun): ranks unless the task is a node's"""
 
 
 class LauncherPlaces:
@@ -100,7 +102,10 @@ class LauncherPlaces:
         m = _JOB_IN_NAME.search(source_name.rsplit("/", 1)[-1])
         self.job = m.group("job") if m else None
         self.file_ranks: set[int] = set()
+        self.task_ranks: set[int] = set()
         self.tasks: set[int] = set()
+        self.node_tasks: set[int] = set()
+        """Task numbers under which two or more NCCL processes printed: a per-node launcher's, not ranks."""
         self.headers: dict[tuple[str, int, int], _Header] = {}
         self.env: dict[int | None, dict[str, str]] = {}
         self.conflicts: set[int | None] = set()
@@ -108,18 +113,25 @@ class LauncherPlaces:
         self.failures: list[Topology] = []
         self.local_failures: list[tuple[str, int, int]] = []
 
-    def prefix(self, rank: int | None, task: int | None, local_rank: int | None = None) -> None:
+    def prefix(self, rank: int | None, task: int | None, local_rank: int | None = None,
+               from_launcher: bool = False) -> None:
         """A line's launcher prefix: the rank it names and ``srun -l``'s task number. A task followed by
         torchrun's ``[default3]:`` numbers the node's agent (srun started one torchrun per node), not a
-        rank: it places nobody."""
-        if rank is not None and len(self.file_ranks) < MAX_RANKS:
-            self.file_ranks.add(rank)
+        rank: it places nobody. ``from_launcher``: the rank is the task number itself."""
+        if rank is not None and len(self.file_ranks) + len(self.task_ranks) < MAX_RANKS:
+            (self.task_ranks if from_launcher else self.file_ranks).add(rank)
         if task is not None and local_rank is None and len(self.tasks) < MAX_RANKS:
             self.tasks.add(task)
 
-    def header(self, rank: int | None, host: str, pid: int, dev: int, local_rank: int | None = None) -> None:
+    def node_task(self, task: int) -> None:
+        """``task`` numbers a node's launcher (collectors/nccl/tasks.py): it is nobody's rank."""
+        if len(self.node_tasks) < MAX_RANKS:
+            self.node_tasks.add(task)
+
+    def header(self, rank: int | None, host: str, pid: int, dev: int, local_rank: int | None = None,
+               from_launcher: bool = False) -> None:
         """An NCCL ``host:pid:tid [dev]`` header, with the rank (or torchrun's ``[default3]:`` local rank) its
-        line's prefix names."""
+        line's prefix names; ``from_launcher``: that rank is a launcher's task number."""
         key = (host, pid, dev)
         entry = self.headers.get(key)
         if entry is None:
@@ -127,7 +139,7 @@ class LauncherPlaces:
                 return
             entry = self.headers[key] = _Header(host, pid, dev)
         if rank is not None:
-            entry.ranks.add(rank)
+            (entry.task_ranks if from_launcher else entry.ranks).add(rank)
         if local_rank is not None:
             entry.local_ranks.add(local_rank)
 
@@ -174,11 +186,13 @@ class LauncherPlaces:
 
     def rows(self, nccl_placed: set[tuple[str, int]]) -> Iterator[Topology]:
         """The topology rows, leaving out processes NCCL's own init lines already placed."""
-        sole = next(iter(self.file_ranks)) if len(self.file_ranks) == 1 else None
+        ranks_told = self.file_ranks | (self.task_ranks - self.node_tasks)
+        sole = next(iter(ranks_told)) if len(ranks_told) == 1 else None
         hosted: set[int] = set()
         for entry in self.headers.values():
             if (entry.host, entry.pid) in nccl_placed:
                 continue
+            entry.ranks |= entry.task_ranks - self.node_tasks
             rank = next(iter(entry.ranks)) if len(entry.ranks) == 1 else (sole if not entry.ranks else None)
             if rank is None and not entry.ranks and len(entry.local_ranks) == 1 and entry.host == self.host:
                 rank = self._global(next(iter(entry.local_ranks)))
@@ -187,7 +201,7 @@ class LauncherPlaces:
             hosted.add(rank)
             yield Topology(rank=rank, host=entry.host, pid=entry.pid, cuda_dev=entry.dev, job=self.job,
                            extra={"placed_by": "nccl_header"})
-        for task in sorted(self.tasks - hosted):
+        for task in sorted(self.tasks - hosted - self.node_tasks):
             yield Topology(rank=task, job=self.job, extra={"placed_by": "srun_label"})
         for fields in self.tables:
             yield from self._table_rows(fields)

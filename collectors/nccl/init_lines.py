@@ -10,6 +10,7 @@ from typing import Any
 
 from collectors.base import HostFact, Row, Topology, normalize_pci
 from collectors.framework.lazy_re import lazy_regex
+from collectors.nccl.addresses import address_facts
 from collectors.nccl.state import MAX_PROCS, Comm, Proc, ReaderState
 
 _INIT = lazy_regex(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) n[Rr]anks (?P<nranks>\d+)")
@@ -72,8 +73,10 @@ class InitLines(ReaderState):
         elif "NET/" in msg and (c := _NET_USING.search(msg)):
             proc.net, proc.net_devices = c.group("net"), c.group("devs").strip()[:300]
             proc.oob = c.group("oob") or proc.oob
+            yield from address_facts(host, msg, self.addresses_told)
         elif "Bootstrap" in msg and (c := _BOOTSTRAP.search(msg)):
             proc.oob = c.group("oob")
+            yield from address_facts(host, msg, self.addresses_told)
         elif "Using network " in msg and (c := _NETWORK.search(msg)):
             proc.net = c.group("net")
 

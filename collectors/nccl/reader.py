@@ -17,6 +17,7 @@ from collectors.nccl.findings import FindingEvents, summary_text
 from collectors.nccl.init_lines import InitLines
 from collectors.nccl.prefilter import WRITE_NEEDLES, giant_starts, hit_starts, newline_counter
 from collectors.nccl.state import HOLD_LINES
+from collectors.nccl.tasks import LauncherTasks
 from collectors.nccl.times import Prefix, TimeLines, line_prefix
 from collectors.nccl.warn import nccl_warn
 from collectors.nccl.writes import write_finding
@@ -53,7 +54,7 @@ _BLOCK = 4 << 20
 _MAX_TEXT = 8192
 
 
-class Reader(TimeLines, InitLines, FindingEvents):
+class Reader(TimeLines, InitLines, FindingEvents, LauncherTasks):
     """One file's rows: topology, events and host facts."""
 
     def rows(self, stream: BinaryIO) -> Iterator[Row]:
@@ -138,8 +139,8 @@ class Reader(TimeLines, InitLines, FindingEvents):
             yield Skipped(lineno, "binary data (NUL bytes)")
             return
         text = raw[:_MAX_TEXT].decode("utf-8", "replace").rstrip("\r")
-        pre = line_prefix(text, self.ctx)
-        self.places.prefix(pre.rank, pre.task, pre.local_rank)
+        pre = self._untask(line_prefix(text, self.ctx))
+        self.places.prefix(pre.rank, pre.task, pre.local_rank, pre.from_launcher)
         if pre.stamp is not None:
             if pre.stamp.origin == "iso" and (self.ctx.host or "") not in self.learned:
                 self.learned.add(self.ctx.host or "")
@@ -212,7 +213,8 @@ class Reader(TimeLines, InitLines, FindingEvents):
             self.hosts.add(host)
         pid, tid, dev, level = int(m.group("pid")), int(m.group("tid")), int(m.group("dev")), m.group("lvl")
         proc = self._proc(host, pid)
-        self.places.header(pre.rank, host, pid, dev, pre.local_rank)
+        self._task_header(pre, host, pid)
+        self.places.header(pre.rank, host, pid, dev, pre.local_rank, pre.from_launcher)
         key = (host, pid, tid)
         if level == "INFO":
             if " -> " in msg and (c := _CHAIN.match(msg)):

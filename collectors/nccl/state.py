@@ -63,6 +63,9 @@ class ReaderState:
         self.comms_total = 0
         self.file_version: str | None = None
         self.versions_told: set[tuple[str | None, str]] = set()
+        self.addresses_told: set[tuple[str, str]] = set()
+        self.task_procs: dict[int, set[tuple[str, int]]] = {}
+        """The NCCL processes (host, pid) seen under each launcher task number (collectors/nccl/tasks.py)."""
         self.last: Stamp | None = None
         self.waiting: list[Event] = []
         self.cont: Continuation | None = None

@@ -59,6 +59,8 @@ class Prefix:
     task: int | None = None
     src: str | None = None
     host: str | None = None
+    from_launcher: bool = False
+    """``rank`` is the launcher's task number (srun -l's label, mpirun's rank), no rank the line states."""
 
 
 _ISO_PARTS = lazy_regex(r"(\d{4}-\d\d-\d\d)[T _](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?$")
@@ -113,6 +115,7 @@ def line_prefix(text: str, ctx: ParseContext) -> Prefix:
         # srun's task / mpirun's rank is the global rank only when the launcher started the ranks
         # itself; over torchrun ('0: [default3]:') it numbers the node's agent, not a rank
         out.rank = out.mpi_rank if out.mpi_rank is not None else out.task
+        out.from_launcher = out.rank is not None
     return out
 
 

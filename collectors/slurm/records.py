@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from collectors.base import Row, Skipped
+from collectors.addresses import usable
+from collectors.base import HostFact, Row, Skipped
 from collectors.framework.hostlist import expand_hostlist
 from collectors.framework.lazy_re import lazy_regex
 from collectors.slurm.events import job_events, node_event
@@ -40,6 +41,7 @@ class RecordLines(LineState):
                 if event is not None:
                     rows.append(event)
             yield from self._dated(rows)
+            yield from node_addresses(kv)
             return
         if "JobState" in kv or "JobId" in kv and "State" in kv:
             job = clean(kv.get("JobId"))
@@ -60,6 +62,19 @@ class RecordLines(LineState):
             return
         if not any(k in kv for k in ("PartitionName", "ReservationName", "Cluster", "SLURM_VERSION")):
             yield Skipped(first, "key=value record that is neither a job nor a node")
+
+
+def node_addresses(kv: dict[str, str]) -> Iterator[HostFact]:
+    """``NodeName=node14 NodeAddr=10.1.2.14``: the address Slurm reaches the node at, as the node's
+    ``net.addr.<ip>`` fact (collectors/addresses.py's key), so a peer's error naming it names the node.
+    A list of nodes pairs with a list of addresses one to one, or not at all."""
+    nodes = expand_hostlist(kv.get("NodeName")) or [kv.get("NodeName", "")]
+    addresses = [a for a in (kv.get("NodeAddr") or "").split(",") if a]
+    if len(addresses) != len(nodes):
+        return
+    for node, address in zip(nodes, addresses):
+        if node and (ip := usable(address)) is not None:
+            yield HostFact(f"net.addr.{ip}", "NodeAddr", host=node)
 
 
 def _kv(text: str) -> dict[str, str]:

@@ -169,7 +169,7 @@ def _incident_moments(top: Candidate | None, groups: list) -> list[datetime]:
 def _evidence(row: dict[str, Any]) -> dict[str, Any]:
     return {"source": row.get("source") or row.get("check"), "ts": iso(row.get("ts")), "host": row.get("host"),
             "text": (row.get("text") or row.get("kind") or "")[:400], "artifact": row.get("artifact"),
-            "line": row.get("line")}
+            "line": row.get("line"), **({"reported_by": row["reported_by"]} if row.get("reported_by") else {})}
 
 
 def _pick_evidence(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

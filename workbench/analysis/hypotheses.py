@@ -34,7 +34,8 @@ import duckdb
 from collectors.base import gpu_id
 from collectors.framework.hostlist import expand_hostlist as slurm_hostlist
 from workbench.analysis.clockskew import offset_of
-from workbench.query.rank_places import rank_places
+from workbench.analysis.localisation import PEER_RELATION, PeerResolver, attribute, count_once, reporters
+from workbench.query.rank_places import job_nodes, rank_places
 from workbench.times import iso
 
 LOW_SCORE = 0.2
@@ -63,6 +64,8 @@ class Place:
     machines: set[str] = field(default_factory=set)
     gpus_in_use: dict[str, set[str]] = field(default_factory=dict)
     known_gpus: dict[str, set[str]] = field(default_factory=dict)
+    peers: PeerResolver | None = None
+    """Which host an address, GID or ``host:port`` in a line belongs to (workbench/analysis/localisation.py)."""
 
     @classmethod
     def of(cls, con: duckdb.DuckDBPyConnection) -> Place:
@@ -77,6 +80,7 @@ class Place:
                 place.job_hosts.add(where.host)
                 if where.gpu:
                     place.gpus_in_use.setdefault(where.host, set()).add(gpu_id(where.gpu))
+        place.job_hosts |= set(job_nodes(con, None) or ())  # the scheduler's node list, when no rank map names them
         place.machines = {r[0] for r in con.execute(
             "SELECT DISTINCT host FROM event WHERE host IS NOT NULL AND coalesce(ts_origin, '') <> 'derived' "
             "UNION SELECT DISTINCT host FROM gpu_sample WHERE host IS NOT NULL "
@@ -87,6 +91,7 @@ class Place:
                 "SELECT DISTINCT host, gpu FROM gpu_sample WHERE gpu IS NOT NULL UNION "
                 "SELECT DISTINCT host, gpu FROM topology WHERE gpu IS NOT NULL").fetchall():
             place.known_gpus.setdefault(host or "", set()).add(gpu_id(gpu))
+        place.peers = PeerResolver.of(con, place.machines, place.job_hosts)
         return place
 
     def ranks_at(self, host: str | None, gpu: str | None) -> list[int]:
@@ -193,6 +198,7 @@ class Engine:
         self.causes = causes
         self.horizon = horizon_s
         self.tolerance = tolerance_s
+        self._reporter_cache: dict[tuple[int, int], set[str]] = {}
 
     # -- rows --------------------------------------------------------------------------------
     def locate(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -235,6 +241,8 @@ class Engine:
             self.locate(row)
             entry = self.causes[row["cause"]]
             scope = entry["scope"]
+            if scope in ("gpu", "host"):
+                row = attribute(row, self.place.peers)  # a line about a peer counts on the peer
             host = row["host"] if scope in ("gpu", "host") else None
             gpu = row["gpu"] if scope == "gpu" else None
             key = (row["cause"], host, gpu)
@@ -243,6 +251,8 @@ class Engine:
                 cand = found[key] = Candidate(cause=row["cause"], layer=entry["layer"], scope=scope, host=host,
                                               gpu=gpu)
             cand.rows.append(row)
+        for cand in found.values():
+            count_once(cand.rows)
         self._fold_gpuless(found)
         self._fold_hostless(found)
         out = [episode for cand in found.values() for episode in self._episodes(cand)]
@@ -381,6 +391,8 @@ class Engine:
                 r = 0.5
         elif _same_host(g.host, c.host):
             r = 0.8 if (c.gpu and g.gpus and c.gpu not in g.gpus) else 1.0
+        elif g.host in self._reporters(c):
+            r = PEER_RELATION  # the symptom's host reported the failure against c's host
         elif c.host in self.place.job_hosts and g.host in self.place.job_hosts:
             r = 0.6
         elif g.host not in self.place.machines:
@@ -391,6 +403,13 @@ class Engine:
         if c.scope == "gpu" and c.gpu and in_use and c.gpu not in in_use:
             r *= 0.3
         return r
+
+    def _reporters(self, c: Candidate) -> set[str]:
+        """The hosts that reported c's failure against c's host (cached per candidate and row count)."""
+        key = (id(c), len(c.rows))
+        if key not in self._reporter_cache:
+            self._reporter_cache[key] = reporters(c.rows)
+        return self._reporter_cache[key]
 
     def timing(self, c: Candidate, g: SymptomGroup) -> float:
         """1 when the cause was active shortly before the symptom (its latest significant evidence

@@ -115,15 +115,24 @@ def rank_places(con: duckdb.DuckDBPyConnection) -> dict[int, RankPlace]:
 def _srun_blocks(con: duckdb.DuckDBPyConnection, claims: dict[int, _Claims],
                  unhosted: list[tuple[int, str | None]]) -> None:
     """``srun -l`` tasks onto the job's nodes: n tasks over k nodes, in Slurm's default block distribution,
-    or cyclic where the ranks placed otherwise say so (and nowhere when they fit neither)."""
+    or cyclic where the ranks placed otherwise say so (and nowhere when they fit neither). Where the world
+    is known (NCCL's nranks, WORLD_SIZE) it sets the ranks per node; as many tasks as nodes in a larger
+    world are one launcher per node (``srun --ntasks-per-node=1 torchrun``): their numbers are node
+    indexes, not ranks, and place nobody."""
     if not unhosted:
         return
     tasks = 1 + max(rank for rank, _ in unhosted)
     named = {job for _, job in unhosted if job}
-    nodes = _job_nodes(con, named) or _job_nodes(con, None)
-    if nodes is None or tasks % len(nodes):
+    nodes = job_nodes(con, named) or job_nodes(con, None)
+    if nodes is None:
         return
-    per_node = tasks // len(nodes)
+    world = world_size(con)
+    if world > tasks and (tasks <= len(nodes) or world % len(nodes)):
+        return
+    total = max(world, tasks)
+    if total % len(nodes):
+        return
+    per_node = total // len(nodes)
     known = {rank: claim.nccl_hosts or claim.hosts for rank, claim in claims.items() if claim.nccl_hosts or claim.hosts}
     layouts = ((lambda r: (nodes[r // per_node], r % per_node)), (lambda r: (nodes[r % len(nodes)], r // len(nodes))))
     layout = next((lay for lay in layouts if all(lay(r)[0] in hosts for r, hosts in known.items() if r < tasks)), None)
@@ -138,7 +147,7 @@ def _srun_blocks(con: duckdb.DuckDBPyConnection, claims: dict[int, _Claims],
             claim.sources.add("slurm_nodelist")
 
 
-def _job_nodes(con: duckdb.DuckDBPyConnection, jobs: set[str] | None) -> list[str] | None:
+def job_nodes(con: duckdb.DuckDBPyConnection, jobs: set[str] | None) -> list[str] | None:
     """The node list of the named job, else of the one multi-node job the bundle holds (the job with
     the most nodes; None when two different lists tie)."""
     lists: dict[str, list[str]] = {}

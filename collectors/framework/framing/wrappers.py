@@ -30,6 +30,9 @@ class Framed:
     host: str | None = None
     rank: int | None = None
     local_rank: int | None = None
+    task: int | None = None
+    """The launcher's task number (``srun -l``'s ``3: ``, mpirun's ``[1,3]``): the line's ``rank`` only when
+    no torchrun ``[rankN]:``/``[defaultN]:`` says otherwise; over torchrun it numbers the node's agent."""
     stream: str | None = None
     level: str | None = None
     program: str | None = None
@@ -116,6 +119,8 @@ def peel(text: str, line: int = 0, *, reference: datetime | None = None, boot: d
         pos, timed = step
     if wrappers and wrappers[0] == "docker_json":
         return out
+    if out.rank is None and out.local_rank is None:
+        out.rank = out.task
     out.message = text[pos:]
     out.wrappers = tuple(wrappers)
     out.offsets = tuple(offsets)
@@ -208,7 +213,7 @@ def _digit_led(text: str, pos: int, out: Framed, wrappers: list[str], timed: boo
         wrappers.append("nccl")
         return m.end(), timed
     if not timed and (m := _SRUN.match(text, pos)):
-        out.rank = out.rank if out.rank is not None else int(m.group("rank"))
+        out.task = out.task if out.task is not None else int(m.group("rank"))
         wrappers.append("srun_label")
         return m.end(), timed
     return None
@@ -257,7 +262,7 @@ def _bracket_led(text: str, pos: int, out: Framed, wrappers: list[str], referenc
         wrappers.append("dmesg_human")
         return m.end(), True
     if m := _MPI.match(text, pos):
-        out.rank = out.rank if out.rank is not None else int(m.group("rank"))
+        out.task = int(m.group("rank"))  # mpirun's inside srun's: the process's own rank in its job
         out.stream = out.stream or m.group("stream")
         wrappers.append("mpirun")
         return m.end(), False

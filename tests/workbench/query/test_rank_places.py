@@ -140,3 +140,24 @@ def test_srun_tasks_follow_the_distribution_the_placed_ranks_show(tmp_path):
     (tmp_path / "neither").mkdir()
     with _bundle(tmp_path / "neither", rows) as bundle:
         assert set(rank_places(bundle.con)) == {1}, "a layout the evidence contradicts places nobody"
+
+
+def test_as_many_srun_tasks_as_nodes_in_a_larger_world_are_node_launchers(tmp_path):
+    """``srun --ntasks-per-node=1 torchrun``: tasks 0 and 1 are the two nodes' agents in a world of 4
+    ranks; laying them out as ranks 0 and 1 would put rank 1 on the second node."""
+    rows: list[Row] = [Topology(rank=t, job="91842", extra={"placed_by": "srun_label"}) for t in range(2)]
+    rows += [_job(["node07", "node08"]), Topology(rank=3, nranks=4, extra={"placed_by": "environment"},
+                                                   host="node08")]
+    with _bundle(tmp_path, rows) as bundle:
+        assert world_size(bundle.con) == 4
+        places = rank_places(bundle.con)
+    assert set(places) == {3}
+
+
+def test_the_world_size_sets_the_ranks_per_node(tmp_path):
+    """Ranks 0-2 printed under their labels in a world of 8 over two nodes: four ranks a node, not two."""
+    rows: list[Row] = [Topology(rank=t, job="91842", extra={"placed_by": "srun_label"}) for t in range(3)]
+    rows += [_job(["node07", "node08"]), Topology(rank=7, nranks=8, host="node08", extra={"placed_by": "environment"})]
+    with _bundle(tmp_path, rows) as bundle:
+        places = rank_places(bundle.con)
+    assert [places[r].host for r in range(3)] == ["node07"] * 3 and places[7].host == "node08"

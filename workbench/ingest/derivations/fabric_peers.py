@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from datetime import datetime
@@ -30,14 +29,14 @@ from typing import Any
 import duckdb
 
 from collectors.base import Event
+from collectors.nccl.addresses import INTERFACE_ADDRESS
 
 NAME = "fabric_peers"
+KIND = "fabric_peer_errors"
+"""The kind of the event written on the peer (workbench/analysis/localisation.py knows it sums up the reports)."""
 MIN_REPORTERS = 2
 """One host reporting against one peer cannot tell which end failed; two or more agreeing can."""
 MAX_LISTED = 256
-
-_ADDRESS = re.compile(r"(?:^|[\]\s;])[\w.\-]+:(?P<ip>[0-9A-Fa-f:.]+(?:%[\w.\-]+)?)<\d+>")
-"""``ifname:address<port>`` as NCCL prints an interface (``ibp12s0:10.10.3.14<0>``, ``ib0:fe80::1%ib0<0>``)."""
 
 
 def normalize_ip(text: str | None) -> str | None:
@@ -63,7 +62,7 @@ def address_map(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
             "SELECT DISTINCT host, extra->>'oob', extra->>'net_devices' FROM topology WHERE host IS NOT NULL "
             "AND (extra->>'oob' IS NOT NULL OR extra->>'net_devices' IS NOT NULL)").fetchall():
         for text in (oob, devices):
-            for m in _ADDRESS.finditer(" " + (text or "")):
+            for m in INTERFACE_ADDRESS.finditer(" " + (text or "")):
                 if ip := normalize_ip(m.group("ip")):
                     seen[ip].add(host)
     for host, key in con.execute("SELECT DISTINCT host, key FROM host_inventory WHERE host IS NOT NULL "
@@ -128,7 +127,7 @@ def _event(peer: str, reports: list[dict[str, Any]], reporters: list[str], peer_
     named = ", ".join(f"status {s} x{n}" for s, n in sorted(statuses.items())) or "errors"
     listed = [{k: r[k] for k in ("id", "host", "rank", "artifact", "line")} for r in reports[:MAX_LISTED]]
     return Event(
-        kind="fabric_peer_errors", ts=first, ts_approx=True, host=peer, layer="network_storage", severity="error",
+        kind=KIND, ts=first, ts_approx=True, host=peer, layer="network_storage", severity="error",
         message=(f"{len(reporters)} hosts ({', '.join(reporters[:8])}{'…' if len(reporters) > 8 else ''}) report "
                  f"{len(reports)} NCCL network errors ({named}) against {', '.join(ips)}, the address of {peer}"),
         attrs={"peer_ip": ips[0] if len(ips) == 1 else ips, "peer_host": peer, "reporters": reporters[:MAX_LISTED],
