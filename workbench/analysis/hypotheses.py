@@ -322,7 +322,9 @@ class Engine:
         return abs((b.first_seen - a.first_seen).total_seconds()) <= self.horizon
 
     def fold(self, cands: list[Candidate]) -> None:
-        """Apply the catalog: absorb parts of the same failure, then link causes to consequences."""
+        """Apply the catalog: absorb parts of the same failure, then link causes to consequences
+        (workbench/analysis/chains.py decides each link: direction, place, time order)."""
+        from workbench.analysis import chains  # chains reads this module's types: imported when used
         for a in sorted(cands, key=lambda c: -c.strength):
             if a.dropped:
                 continue
@@ -344,26 +346,12 @@ class Engine:
             for b in live:
                 if b is a or b.consequence_of is not None or b.cause not in self.causes[a.cause]["leads_to"]:
                     continue
-                if b.peak < SIGNIFICANT or not self._same_place(a, b) or _descends(a, b):
-                    continue
-                if a.first_seen is None or b.first_seen is None:
-                    if not _precedes_in_paste(a, b):
-                        continue
-                elif not self._active_before(a, b.first_seen):
+                if _descends(a, b) or not chains.leads(self, a, b):
                     continue
                 b.consequence_of = a
                 a.consequences.append(b)
                 a.boost = 1.0 - (1.0 - a.boost) * (1.0 - 0.3 * b.strength)
                 a.__dict__.pop("strength", None)
-
-    def _active_before(self, a: Candidate, when: datetime) -> bool:
-        """a started before ``when`` and was still showing within the horizon before it; a snapshot
-        state (df, ibstat) seen within the horizon after ``when`` may have been true all along."""
-        if a.is_state and a.first_seen is not None and 0 <= (a.first_seen - when).total_seconds() <= self.horizon:
-            return True
-        limit = when + timedelta(seconds=self.tolerance)
-        before = [t for t in a.significant_times if t <= limit]
-        return bool(before) and (when - before[-1]).total_seconds() <= self.horizon
 
     # -- scoring -----------------------------------------------------------------------------
     def relation(self, c: Candidate, g: SymptomGroup) -> float:
@@ -529,7 +517,10 @@ def _downstream(c: Candidate) -> list[Candidate]:
 
 def describe(c: Candidate, causes: dict[str, dict[str, Any]], groups: list[SymptomGroup],
              ranks: list[int]) -> str:
-    """One sentence a responder can read aloud."""
+    """One sentence a responder can read aloud: the cause, where and when, its strongest line, and the
+    chain from it to what the users saw."""
+    from workbench.analysis import chains  # chains reads this module's types: imported when used
+
     if c.host:
         where = c.host + (f" GPU {c.gpu}" if c.gpu else "")
     elif c.gpu:
@@ -549,8 +540,9 @@ def describe(c: Candidate, causes: dict[str, dict[str, Any]], groups: list[Sympt
     sentence = ", ".join(parts) + f": {text[:160]}"
     if c.absorbed:
         sentence += f" (with {', '.join(sorted(set(c.absorbed)))} at the same place)"
-    if c.consequences:
-        sentence += f"; led to {', '.join(sorted({b.cause for b in c.consequences}))}"
+    chain = chains.chain_sentence(c, causes, groups, ranks)
+    if chain:
+        sentence += f"; {chain}"
     if mine:
         sentence += "; explains " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
     return sentence
