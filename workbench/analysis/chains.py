@@ -64,7 +64,11 @@ def same_place(engine: Engine, a: Candidate, b: Candidate) -> bool:
     if b.scope != "global" or a.host is None:
         return False
     hosts = {(r.get("host") or "").lower() for r in b.rows if r.get("host")}
-    return not hosts or a.host.lower() in hosts
+    if not hosts or a.host.lower() in hosts:
+        return True
+    # a job-wide consequence (the time limit of a job a slow GPU paced) named on another host of the job
+    job = {h.lower() for h in engine.place.job_hosts}
+    return a.host.lower() in job and hosts <= job
 
 
 def leads(engine: Engine, a: Candidate, b: Candidate) -> bool:
@@ -76,6 +80,16 @@ def leads(engine: Engine, a: Candidate, b: Candidate) -> bool:
 
         return _precedes_in_paste(a, b)
     return active_before(a, b.first_seen, engine.horizon, engine.tolerance)
+
+
+def link(a: Candidate, b: Candidate) -> None:
+    """Make b a consequence of a. The consequence's evidence is the root's too, seen downstream: the
+    root is at least as certain as what it led to (a quiet dpkg line under a loud Fabric Manager
+    error), and the consequence's own score is halved when the candidates are scored."""
+    b.consequence_of = a
+    a.consequences.append(b)
+    a.boost = 1.0 - (1.0 - a.boost) * (1.0 - b.strength)
+    a.__dict__.pop("strength", None)
 
 
 def links(top: Candidate) -> list[Candidate]:
@@ -106,57 +120,78 @@ def first_seen(c: Candidate) -> datetime | None:
 
 def chain_json(top: Candidate, groups: list[SymptomGroup]) -> list[dict[str, Any]]:
     """The ``chain`` of a hypothesis: its causes from the root to the last consequence
-    (``{cause, host, first_seen}``), then the symptoms they explain (``{symptom, host, first_seen, count}``)."""
-    out: list[dict[str, Any]] = [{"cause": c.cause, "host": c.host, "first_seen": iso(first_seen(c))}
-                                 for c in links(top)]
-    out += [{"symptom": g.kind, "host": g.host, "first_seen": iso(g.first), "count": g.count}
-            for g in explained(top, groups)]
-    return out
+    (``{cause, host, first_seen}``), then the symptoms they explain (``{symptom, host, first_seen,
+    count}``). One link per cause and per symptom kind: the KV cache of four replicas filling is one
+    step of the story; ``host`` is null when the link spans several."""
+    out: list[dict[str, Any]] = []
+    for c in links(top):
+        seen = next((link for link in out if link["cause"] == c.cause), None)
+        when = first_seen(c)
+        if seen is None:
+            out.append({"cause": c.cause, "host": c.host, "first_seen": when})
+            continue
+        seen["host"] = seen["host"] if seen["host"] == c.host else None
+        seen["first_seen"] = min((t for t in (seen["first_seen"], when) if t is not None), default=None)
+    kinds: list[dict[str, Any]] = []
+    for g in explained(top, groups):
+        seen = next((link for link in kinds if link["symptom"] == g.kind), None)
+        if seen is None:
+            kinds.append({"symptom": g.kind, "host": g.host, "first_seen": g.first, "count": g.count})
+            continue
+        seen["host"] = seen["host"] if seen["host"] == g.host else None
+        seen["first_seen"] = min((t for t in (seen["first_seen"], g.first) if t is not None), default=None)
+        seen["count"] += g.count
+    return [{**link, "first_seen": iso(link["first_seen"])} for link in out + kinds]
 
 
 def _at(when: datetime | None) -> str:
     return f" at {iso(when, 'seconds')}" if when else ""
 
 
-def _link_phrase(c: Candidate, causes: dict[str, dict[str, Any]], root: bool) -> str:
-    """A link in words: a change is told by its own line (what was upgraded from what to what)."""
-    rows = _carrying(c)
-    change = next((r for r in rows if r["kind"] == "change"), None)
+def _link_phrase(same: list[Candidate], causes: dict[str, dict[str, Any]], root: bool) -> str:
+    """One link in words (the candidates of one cause): a change is told by its own line (what was
+    upgraded from what to what), any other cause by its title; where, and when it began."""
+    rows = [r for c in same for r in _carrying(c)]
+    change = next((r for r in sorted(rows, key=lambda r: r["at"]) if r["kind"] == "change"), None)
     what = (change.get("text") or "").strip()[:120] if change is not None else ""
-    what = what or causes[c.cause]["title"]
-    if not root:
-        what = what[:1].lower() + what[1:] if what[:2] != what[:2].upper() else what
-    where = f" on {c.host}" if c.host else ""
-    return f"{what}{where}{_at(first_seen(c))}"
+    what = what or causes[same[0].cause]["title"]
+    if not root and what[1:2].islower():
+        what = what[:1].lower() + what[1:]
+    hosts = sorted({c.host for c in same if c.host})
+    where = f" on {hosts[0]}" if len(hosts) == 1 else f" on {len(hosts)} hosts" if hosts else ""
+    starts = [t for t in (first_seen(c) for c in same) if t is not None]
+    return f"{what}{where}{_at(min(starts) if starts else None)}"
 
 
 def chain_sentence(top: Candidate, causes: dict[str, dict[str, Any]], groups: list[SymptomGroup],
                    ranks: list[int]) -> str:
     """The chain read aloud: "upgrade nvidia-utils-550 … on node09 at T led to NVIDIA Fabric Manager not
-    running on node09 at T2, then job_failed on ranks 2, 3"; empty when the chain is the cause alone."""
-    chain = links(top)
-    symptoms = explained(top, groups)
-    if len(chain) == 1 and not symptoms:
-        return ""
-    text = _link_phrase(chain[0], causes, root=True)
-    steps = [_link_phrase(c, causes, root=False) for c in chain[1:]]
+    running on node09 at T2, then job failed on ranks 2, 3"; empty when the chain is the cause alone."""
+    by_cause: dict[str, list[Candidate]] = {}
+    for c in links(top):
+        by_cause.setdefault(c.cause, []).append(c)
+    steps = [_link_phrase(same, causes, root=False) for same in list(by_cause.values())[1:]]
     kinds: list[str] = []
-    for g in symptoms:
+    for g in explained(top, groups):
         if g.kind not in kinds:
             kinds.append(g.kind)
     if kinds:
         on = f" on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks[:8]))}" if ranks else ""
         steps.append(", ".join(k.replace("_", " ") for k in kinds[:4]) + on)
     if not steps:
-        return text
+        return ""
+    # the sentence has already named the cause, its place and time: only a change is told again, by its line
+    changed = any(r["kind"] == "change" for r in _carrying(top))
+    text = _link_phrase(by_cause[top.cause], causes, root=True) if changed else "it"
     return f"{text} led to {steps[0]}" + "".join(f", then {s}" for s in steps[1:])
 
 
 def first_anomaly_rows(top: Candidate, groups: list[SymptomGroup], horizon_s: float) -> list[dict[str, Any]]:
     """The rows the first anomaly is the earliest of (see module doc): the chain's carrying evidence,
     the weaker lines of the same link that led up to it within the horizon (a corrected error before
-    the fatal one), and the timed lines of the symptoms it explains within the chain's episode (from
-    a horizon before its first evidence). Timed lines only, when there is one."""
+    the fatal one), the lines of the symptoms it explains within the chain's episode (from a horizon
+    before its first evidence; any, for a root seen only in a snapshot), and the symptoms at the
+    root's own place in the horizon before it. Timed lines only, when there is one."""
     chain = links(top)
     rows = [r for c in chain for r in c.rows if r["strength"] >= SIGNIFICANT and r["at"] is not None]
     if not rows:
@@ -165,11 +200,40 @@ def first_anomaly_rows(top: Candidate, groups: list[SymptomGroup], horizon_s: fl
     start = min(r["at"] for r in (timed or rows))
     margin = timedelta(seconds=horizon_s)
     precursors = [r for c in chain for r in _lead_up(c, start, horizon_s)]
+    # a root seen only in a snapshot began before it was seen: what it explains may be its first sign,
+    # however early; a timed root opens its episode (an error days before a rollout is not the rollout's)
+    opens = None if top.is_state else start - margin
     symptoms = [r for g in explained(top, groups) for r in g.rows
-                if r["at"] is not None and r["at"] >= start - margin]
+                if r["at"] is not None and (opens is None or r["at"] >= opens)]
+    # what the root's own place showed just before its first evidence (the slow rank's first slow step
+    # before its GPU's throttle was ever sampled), explained by it or not
+    symptoms += [r for g in groups if g.explained_by is not top and _at_place(top, g) for r in g.rows
+                 if r["at"] is not None and start - margin <= r["at"] <= start]
     every = rows + precursors + symptoms
     timed = [r for r in every if not is_state(r)]
     return timed or every
+
+
+def at_root(top: Candidate, rows: list[dict[str, Any]], first: dict[str, Any], tolerance_s: float) -> dict[str, Any]:
+    """Of lines within the clock tolerance of the earliest, the one at the root's own place: the slow
+    rank's own step line, not the job-wide drop another rank's clock stamped a second earlier."""
+    if first["at"] is None or top.host is None or _here(top, first):
+        return first
+    near = [r for r in rows if r["at"] is not None and _here(top, r)
+            and (r["at"] - first["at"]).total_seconds() <= tolerance_s]
+    return min(near, key=lambda r: r["at"]) if near else first
+
+
+def _here(c: Candidate, row: dict[str, Any]) -> bool:
+    host = row.get("host")
+    return host is not None and c.host is not None and host.lower() == c.host.lower()
+
+
+def _at_place(c: Candidate, g: SymptomGroup) -> bool:
+    """The symptom group is the candidate's own host (and GPU, for a GPU's cause)."""
+    if c.host is None or g.host is None or c.host.lower() != g.host.lower():
+        return False
+    return c.scope != "gpu" or c.gpu is None or not g.gpus or c.gpu in g.gpus
 
 
 def _lead_up(c: Candidate, start: datetime, horizon_s: float) -> list[dict[str, Any]]:

@@ -90,7 +90,8 @@ def analyze(bundle: Bundle, workload: str | None = None) -> dict[str, Any]:
         "workload": playbook.workload if workload else detected,
         "impact": _impact(groups),
         "window": {"start": iso(window[0]), "end": iso(window[1])},
-        "first_anomaly": _first_anomaly(top, results, groups, window, playbook.params["horizon_s"]),
+        "first_anomaly": _first_anomaly(top, results, groups, window, playbook.params["horizon_s"],
+                                        playbook.params["tolerance_s"]),
         "hypotheses": hypotheses,
         "layers": _layers(playbook, results, ranked, groups),
         "playbook": {"workload": playbook.workload, "title": playbook.title},
@@ -225,7 +226,8 @@ def _hypothesis(n: int, c: Candidate, causes: dict[str, dict[str, Any]], groups:
 
 
 def _first_anomaly(top: Candidate | None, results: list[CheckResult], groups: list,
-                   window: tuple[datetime | None, datetime | None], horizon_s: float) -> dict[str, Any] | None:
+                   window: tuple[datetime | None, datetime | None], horizon_s: float,
+                   tolerance_s: float) -> dict[str, Any] | None:
     """The first link of the winning chain (workbench/analysis/chains.py: its evidence, absorbed parts
     and consequences, what led up to it, the symptoms it explains within its episode); without a
     winner, the earliest suspect row or symptom within the window; None when nothing is anomalous.
@@ -243,6 +245,8 @@ def _first_anomaly(top: Candidate | None, results: list[CheckResult], groups: li
         return None
     first = min(rows, key=lambda r: (r["at"] is None, r["at"] or datetime.min, r.get("artifact") or "",
                                      r.get("line") or 0))
+    if top is not None:
+        first = chains.at_root(top, rows, first, tolerance_s)
     return {"ts": iso(first["at"]), "host": first.get("host"), "layer": first.get("layer") or _symptom_layer(first),
             "kind": first.get("kind"), "text": (first.get("text") or "")[:400]}
 

@@ -42,6 +42,8 @@ SIGNIFICANT = 0.2
 """Rows weaker than this (corrected AER, an idle GPU's throttle) never join another cause's picture."""
 STATE_ORIGINS = frozenset({"captured", "mtime", "snapshot"})
 """Timestamps that say when a state was seen, not when it began."""
+SAMPLED_KINDS = frozenset({"gpu_sample", "gpu_throttle"})
+"""Readings of a GPU's state at a sample time (nvidia-smi, NVML, DCGM): when it was seen, not when it began."""
 NO_SYMPTOM_FACTOR = 0.6
 BASE_FIT = 0.15
 """The share of a candidate's strength it keeps when it explains none of the symptoms."""
@@ -163,9 +165,15 @@ class Candidate:
 
     @cached_property
     def is_state(self) -> bool:
-        """All evidence is snapshot state (nvidia-smi -q, ibstat): seen then, possibly true before."""
-        return bool(self.rows) and all(r.get("origin") in STATE_ORIGINS or r["kind"] == "gpu_sample"
-                                       for r in self.rows)
+        """All evidence is snapshot state (nvidia-smi -q, ibstat): seen then, possibly true before. A GPU's
+        readings taken at one moment (a throttle in the one nvidia-smi -q of the bundle, stamped by its
+        own header) are that too; a series of samples is not: the sample before bounds the start."""
+        if not self.rows:
+            return False
+        if all(r.get("origin") in STATE_ORIGINS or r["kind"] == "gpu_sample" for r in self.rows):
+            return True
+        return (all(r["kind"] in SAMPLED_KINDS for r in self.rows)
+                and len({r["at"] for r in self.rows if r["at"] is not None}) <= 1)
 
 
 def expand_hostlist(text: str | None) -> frozenset[str]:
@@ -348,10 +356,7 @@ class Engine:
                     continue
                 if _descends(a, b) or not chains.leads(self, a, b):
                     continue
-                b.consequence_of = a
-                a.consequences.append(b)
-                a.boost = 1.0 - (1.0 - a.boost) * (1.0 - 0.3 * b.strength)
-                a.__dict__.pop("strength", None)
+                chains.link(a, b)
 
     # -- scoring -----------------------------------------------------------------------------
     def relation(self, c: Candidate, g: SymptomGroup) -> float:
