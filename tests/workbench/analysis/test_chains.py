@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from workbench.analysis.engine import analyze
+from workbench.analysis.findings import Hypothesis
 from workbench.ingest.session import ingest_paths
 from workbench.prevention.drill import generate, serving, training
 from workbench.prevention.drill.incident import Drill
@@ -84,12 +85,18 @@ def test_a_driver_upgrade_the_day_before_is_the_root_of_fabric_manager_down(tmp_
     assert _ts(top["chain"][0]["first_seen"]) == upgrade
     assert _ts(top["chain"][1]["first_seen"]) == down
     assert "fabric_manager_down" in top["consequences"]
-    assert "led to NVIDIA Fabric Manager" in top["summary"] or "led to" in top["summary"], top["summary"]
-    assert "nvidia" in top["summary"].split("led to")[0].split(";")[-1].lower()
+    told = next(part for part in top["summary"].split("; ") if " led to " in part)  # the chain in words
+    before, after = told.split(" led to ", 1)
+    assert "nvidia-driver-550" in before and d.culprit in before, told
+    assert after.startswith("NVIDIA Fabric Manager") or "Fabric Manager" in after.split(",")[0], told
     first = result["first_anomaly"]
     assert (_ts(first["ts"]), first["host"], first["kind"]) == (upgrade, d.culprit, "change")
     fm = next(h for h in result["hypotheses"] if h["cause"] == "fabric_manager_down")
     assert fm["score"] < top["score"]
+    typed = Hypothesis.from_json(top).chain  # what the report and the cockpit read
+    naive = [(link.cause, link.first_seen and link.first_seen.replace(tzinfo=None)) for link in typed[:2]]
+    assert naive == [("driver_stack_mismatch", upgrade.replace(tzinfo=None)),
+                     ("fabric_manager_down", down.replace(tzinfo=None))]
 
 
 def test_a_driver_upgrade_on_another_host_does_not_take_fabric_manager_downs_place(tmp_path: Path) -> None:
