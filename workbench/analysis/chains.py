@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from workbench.analysis.hypotheses import Engine
 
 
+BORROWED_ORIGINS = frozenset({"neighbour"})
+"""Times a line took from another (the timed line before an untimed traceback): a bound, not its time."""
+
+
 def is_state(row: dict[str, Any]) -> bool:
     """A row that says when a state was seen (a snapshot, a GPU sample), not when it began."""
     return row.get("origin") in STATE_ORIGINS or row.get("kind") == "gpu_sample"
@@ -191,7 +195,9 @@ def first_anomaly_rows(top: Candidate, groups: list[SymptomGroup], horizon_s: fl
     the weaker lines of the same link that led up to it within the horizon (a corrected error before
     the fatal one), the lines of the symptoms it explains within the chain's episode (from a horizon
     before its first evidence; any, for a root seen only in a snapshot), and the symptoms at the
-    root's own place in the horizon before it. Timed lines only, when there is one."""
+    root's own place in the horizon before it. Of the chain's evidence, the lines with a time of their
+    own when there is one (a traceback stamped with the step line before it, ``neighbour``, happened
+    some time after that); timed lines only, when there is one."""
     chain = links(top)
     rows = [r for c in chain for r in c.rows if r["strength"] >= SIGNIFICANT and r["at"] is not None]
     if not rows:
@@ -209,7 +215,10 @@ def first_anomaly_rows(top: Candidate, groups: list[SymptomGroup], horizon_s: fl
     # before its GPU's throttle was ever sampled), explained by it or not
     symptoms += [r for g in groups if g.explained_by is not top and _at_place(top, g) for r in g.rows
                  if r["at"] is not None and start - margin <= r["at"] <= start]
-    every = rows + precursors + symptoms
+    evidence = rows + precursors
+    timed = [r for r in evidence if not is_state(r)]
+    own = [r for r in timed if r.get("origin") not in BORROWED_ORIGINS]
+    every = (own or timed or evidence) + symptoms
     timed = [r for r in every if not is_state(r)]
     return timed or every
 
