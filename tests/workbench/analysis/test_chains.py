@@ -45,8 +45,8 @@ def _ts(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
 
-def _utc(naive: datetime) -> datetime:
-    return naive.replace(tzinfo=timezone.utc)
+def _utc(when: datetime) -> datetime:
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
 
 
 def _causes(top: dict) -> list[str]:
@@ -238,3 +238,22 @@ def test_failed_scheduling_that_names_cordoned_nodes_is_drained_nodes_not_missin
 def test_failed_scheduling_short_of_gpus_stays_missing_capacity(tmp_path: Path) -> None:
     result = _run(generate("insufficient_capacity", "inference", 1), tmp_path)
     assert result["hypotheses"][0]["cause"] == "insufficient_capacity"
+
+
+# -- the first anomaly is the first abnormal line, wherever the loud one is ------------------------------
+@pytest.mark.parametrize(("cause", "workload"), [
+    ("driver_stack_mismatch", "training"),  # the dpkg upgrade hours before CUDA fails
+    ("gpu_fell_off_bus", "training"),  # the first non-fatal AER minutes before the fatal one and Xid 79
+    ("ecc_uncorrectable", "training"),  # Xid 94, not the traceback stamped with the step line before it
+    ("pod_eviction", "inference"),  # the kubelet's eviction threshold before the eviction
+])
+def test_the_first_anomaly_is_the_drills_first_abnormal_line(tmp_path: Path, cause: str, workload: str) -> None:
+    d = generate(cause, workload, 1)
+    truth = d.truth("unused")
+    result = _run(d, tmp_path)
+    assert result["hypotheses"][0]["cause"] == cause
+    first = _ts(result["first_anomaly"]["ts"])
+    want = _utc(truth.first_anomaly_at)
+    assert abs((first - want).total_seconds()) <= 1.0, (result["first_anomaly"], want)
+    if cause != "ecc_uncorrectable":
+        assert want < _utc(d.fault)  # the loud line came later
