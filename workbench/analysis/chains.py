@@ -168,7 +168,7 @@ def _link_phrase(same: list[Candidate], causes: dict[str, dict[str, Any]], root:
 
 
 def chain_sentence(top: Candidate, causes: dict[str, dict[str, Any]], groups: list[SymptomGroup],
-                   ranks: list[int]) -> str:
+                   ranks: list[int], told: str = "") -> str:
     """The chain read aloud: "upgrade nvidia-utils-550 … on node09 at T led to NVIDIA Fabric Manager not
     running on node09 at T2, then job failed on ranks 2, 3"; empty when the chain is the cause alone."""
     by_cause: dict[str, list[Candidate]] = {}
@@ -184,9 +184,11 @@ def chain_sentence(top: Candidate, causes: dict[str, dict[str, Any]], groups: li
         steps.append(", ".join(k.replace("_", " ") for k in kinds[:4]) + on)
     if not steps:
         return ""
-    # the sentence has already named the cause, its place and time: only a change is told again, by its line
-    changed = any(r["kind"] == "change" for r in _carrying(top))
-    text = _link_phrase(by_cause[top.cause], causes, root=True) if changed else "it"
+    # the sentence has already named the cause, its place and time (``told``: the line it quotes): only
+    # a change it did not quote is told again, by its own line
+    change = next((r for r in _carrying(top) if r["kind"] == "change"), None)
+    fresh = change is not None and (change.get("text") or "").strip()[:120] not in told
+    text = _link_phrase(by_cause[top.cause], causes, root=True) if fresh else "it"
     return f"{text} led to {steps[0]}" + "".join(f", then {s}" for s in steps[1:])
 
 

@@ -545,7 +545,7 @@ def describe(c: Candidate, causes: dict[str, dict[str, Any]], groups: list[Sympt
     sentence = ", ".join(parts) + f": {text[:160]}"
     if c.absorbed:
         sentence += f" (with {', '.join(sorted(set(c.absorbed)))} at the same place)"
-    chain = chains.chain_sentence(c, causes, groups, ranks)
+    chain = chains.chain_sentence(c, causes, groups, ranks, told=text[:160])
     if chain:
         sentence += f"; {chain}"
     if mine:
