@@ -10,7 +10,8 @@ symptoms), ``playbook`` (workload and title), ``workload_signals``,
 playbook's steps with what the bundle says about them), ``checks`` (every check with its
 question, why, verdict and row count), ``symptoms`` (symptom groups and the cause that explains
 each) and ``layer_focus``. Hypotheses carry, besides the first design's fields, ``consequences`` (downstream
-causes it led to, e.g. kv_cache_pressure after a traffic surge), ``absorbed`` (causes folded into
+causes it led to, e.g. kv_cache_pressure after a traffic surge), ``chain`` (the root, its consequences
+and the symptoms they explain, in order: workbench/analysis/chains.py), ``absorbed`` (causes folded into
 it at the same place, e.g. the PCIe error before an Xid 79), ``explains`` (how many symptom groups
 it explains, its strength and explanatory power) and ``symptom_evidence`` (the earliest lines of each
 symptom group it explains, with the symptom ``kind`` and the group's ``count``: what the report quotes).
@@ -26,6 +27,7 @@ import duckdb
 import pyarrow as pa
 
 from collectors.framework.vocabulary import LAYERS, SYMPTOMS, VERDICTS
+from workbench.analysis import chains
 from workbench.analysis.causes import load_causes
 from workbench.analysis.clockskew import estimate_offsets
 from workbench.analysis.confidence import confidence
@@ -90,7 +92,8 @@ def analyze(bundle: Bundle, workload: str | None = None) -> dict[str, Any]:
         "workload": playbook.workload if workload else detected,
         "impact": _impact(groups),
         "window": {"start": iso(window[0]), "end": iso(window[1])},
-        "first_anomaly": _first_anomaly(top, results, groups, window),
+        "first_anomaly": _first_anomaly(top, results, groups, window, playbook.params["horizon_s"],
+                                        playbook.params["tolerance_s"]),
         "hypotheses": hypotheses,
         "confidence": confidence(hypotheses),
         "layers": _layers(playbook, results, ranked, groups),
@@ -217,6 +220,7 @@ def _hypothesis(n: int, c: Candidate, causes: dict[str, dict[str, Any]], groups:
         "summary": describe(c, causes, groups, sorted(ranks)), "symptoms": symptoms,
         "evidence": _pick_evidence(c.rows),
         "consequences": sorted({b.cause for b in c.consequences}),
+        "chain": chains.chain_json(c, groups),
         "absorbed": sorted(set(c.absorbed)),
         "explains": {"symptom_groups": len(mine), "of": len(groups), "strength": round(c.strength, 3),
                      "explanatory_power": round(c.explain, 3)},
@@ -225,28 +229,27 @@ def _hypothesis(n: int, c: Candidate, causes: dict[str, dict[str, Any]], groups:
 
 
 def _first_anomaly(top: Candidate | None, results: list[CheckResult], groups: list,
-                   window: tuple[datetime | None, datetime | None]) -> dict[str, Any] | None:
-    """The earliest abnormal sign of the winning chain (its evidence, absorbed parts and consequences,
-    transitively); without a winner, the earliest suspect row or symptom within the window; None when
-    nothing is anomalous. When nothing in the chain has a time (a pasted excerpt), its first line in
-    the file is the first sign."""
+                   window: tuple[datetime | None, datetime | None], horizon_s: float,
+                   tolerance_s: float) -> dict[str, Any] | None:
+    """The first link of the winning chain (workbench/analysis/chains.py: its evidence, absorbed parts
+    and consequences, what led up to it, the symptoms it explains within its episode); without a
+    winner, the earliest suspect row or symptom within the window; None when nothing is anomalous.
+    When nothing in the chain has a time (a pasted excerpt), its first line in the file is the first sign."""
     if top is not None:
-        chain = [r for c in [top, *_consequences(top)] for r in c.rows if r["strength"] >= SIGNIFICANT]
-        rows = [r for r in chain if r["at"] is not None]
-        timed = [r for r in rows if not _is_state(r)]
-        rows = timed or rows  # a snapshot says when a state was seen, not when it began
-        rows += [g.rows[0] for g in groups if g.explained_by is top and g.rows[0]["at"] is not None]
-        rows = rows or chain
+        rows = chains.first_anomaly_rows(top, groups, horizon_s)
     else:
         rows = [r for res in results if res.check.role == "cause" for r in res.rows
                 if r["strength"] >= res.check.suspect and r["at"] is not None]
-        rows += [g.rows[0] for g in groups if g.rows[0]["at"] is not None]
+        rows += [min((r for r in g.rows if r["at"] is not None), key=lambda r: r["at"])
+                 for g in groups if g.first is not None]  # a group's first is its earliest row
         start, end = window
         rows = [r for r in rows if (start is None or r["at"] >= start) and (end is None or r["at"] <= end)]
     if not rows:
         return None
     first = min(rows, key=lambda r: (r["at"] is None, r["at"] or datetime.min, r.get("artifact") or "",
                                      r.get("line") or 0))
+    if top is not None:
+        first = chains.at_root(top, rows, first, tolerance_s)
     return {"ts": iso(first["at"]), "host": first.get("host"), "layer": first.get("layer") or _symptom_layer(first),
             "kind": first.get("kind"), "text": (first.get("text") or "")[:400]}
 

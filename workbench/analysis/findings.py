@@ -34,6 +34,23 @@ class EvidenceLine:
 
 
 @dataclass(frozen=True)
+class ChainLink:
+    """One step of a hypothesis's causal chain: a cause (the root first, then what it led to) or a
+    symptom it explains (``count``: its lines)."""
+
+    cause: str | None
+    symptom: str | None
+    host: str | None
+    first_seen: datetime | None
+    count: int = 0
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ChainLink:
+        return cls(cause=d.get("cause"), symptom=d.get("symptom"), host=d.get("host"),
+                   first_seen=parse_iso(d.get("first_seen")), count=int(d.get("count") or 0))
+
+
+@dataclass(frozen=True)
 class Hypothesis:
     """One ranked candidate root cause."""
 
@@ -54,6 +71,8 @@ class Hypothesis:
     symptom_evidence: tuple[EvidenceLine, ...]
     more_places: int = 0
     """Other places with this cause left out of the list (a fleet's hosts with the same noise)."""
+    chain: tuple[ChainLink, ...] = ()
+    """The causal chain from the root to what the users saw (workbench/analysis/chains.py)."""
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Hypothesis:
@@ -64,7 +83,8 @@ class Hypothesis:
                    consequences=tuple(d.get("consequences") or ()), absorbed=tuple(d.get("absorbed") or ()),
                    explains=dict(d.get("explains") or {}),
                    symptom_evidence=tuple(EvidenceLine.from_json(e) for e in d.get("symptom_evidence") or ()),
-                   more_places=int(d.get("more_places") or 0))
+                   more_places=int(d.get("more_places") or 0),
+                   chain=tuple(ChainLink.from_json(link) for link in d.get("chain") or ()))
 
     @property
     def where(self) -> str:

@@ -44,6 +44,8 @@ SIGNIFICANT = 0.2
 """Rows weaker than this (corrected AER, an idle GPU's throttle) never join another cause's picture."""
 STATE_ORIGINS = frozenset({"captured", "mtime", "snapshot"})
 """Timestamps that say when a state was seen, not when it began."""
+SAMPLED_KINDS = frozenset({"gpu_sample", "gpu_throttle"})
+"""Readings of a GPU's state at a sample time (nvidia-smi, NVML, DCGM): when it was seen, not when it began."""
 NO_SYMPTOM_FACTOR = 0.6
 BASE_FIT = 0.15
 """The share of a candidate's strength it keeps when it explains none of the symptoms."""
@@ -169,9 +171,15 @@ class Candidate:
 
     @cached_property
     def is_state(self) -> bool:
-        """All evidence is snapshot state (nvidia-smi -q, ibstat): seen then, possibly true before."""
-        return bool(self.rows) and all(r.get("origin") in STATE_ORIGINS or r["kind"] == "gpu_sample"
-                                       for r in self.rows)
+        """All evidence is snapshot state (nvidia-smi -q, ibstat): seen then, possibly true before. A GPU's
+        readings taken at one moment (a throttle in the one nvidia-smi -q of the bundle, stamped by its
+        own header) are that too; a series of samples is not: the sample before bounds the start."""
+        if not self.rows:
+            return False
+        if all(r.get("origin") in STATE_ORIGINS or r["kind"] == "gpu_sample" for r in self.rows):
+            return True
+        return (all(r["kind"] in SAMPLED_KINDS for r in self.rows)
+                and len({r["at"] for r in self.rows if r["at"] is not None}) <= 1)
 
 
 def expand_hostlist(text: str | None) -> frozenset[str]:
@@ -333,7 +341,9 @@ class Engine:
         return abs((b.first_seen - a.first_seen).total_seconds()) <= self.horizon
 
     def fold(self, cands: list[Candidate]) -> None:
-        """Apply the catalog: absorb parts of the same failure, then link causes to consequences."""
+        """Apply the catalog: absorb parts of the same failure, then link causes to consequences
+        (workbench/analysis/chains.py decides each link: direction, place, time order)."""
+        from workbench.analysis import chains  # chains reads this module's types: imported when used
         for a in sorted(cands, key=lambda c: -c.strength):
             if a.dropped:
                 continue
@@ -355,26 +365,9 @@ class Engine:
             for b in live:
                 if b is a or b.consequence_of is not None or b.cause not in self.causes[a.cause]["leads_to"]:
                     continue
-                if b.peak < SIGNIFICANT or not self._same_place(a, b) or _descends(a, b):
+                if _descends(a, b) or not chains.leads(self, a, b):
                     continue
-                if a.first_seen is None or b.first_seen is None:
-                    if not _precedes_in_paste(a, b):
-                        continue
-                elif not self._active_before(a, b.first_seen):
-                    continue
-                b.consequence_of = a
-                a.consequences.append(b)
-                a.boost = 1.0 - (1.0 - a.boost) * (1.0 - 0.3 * b.strength)
-                a.__dict__.pop("strength", None)
-
-    def _active_before(self, a: Candidate, when: datetime) -> bool:
-        """a started before ``when`` and was still showing within the horizon before it; a snapshot
-        state (df, ibstat) seen within the horizon after ``when`` may have been true all along."""
-        if a.is_state and a.first_seen is not None and 0 <= (a.first_seen - when).total_seconds() <= self.horizon:
-            return True
-        limit = when + timedelta(seconds=self.tolerance)
-        before = [t for t in a.significant_times if t <= limit]
-        return bool(before) and (when - before[-1]).total_seconds() <= self.horizon
+                chains.link(a, b)
 
     # -- scoring -----------------------------------------------------------------------------
     def relation(self, c: Candidate, g: SymptomGroup) -> float:
@@ -549,7 +542,10 @@ def _downstream(c: Candidate) -> list[Candidate]:
 
 def describe(c: Candidate, causes: dict[str, dict[str, Any]], groups: list[SymptomGroup],
              ranks: list[int]) -> str:
-    """One sentence a responder can read aloud."""
+    """One sentence a responder can read aloud: the cause, where and when, its strongest line, and the
+    chain from it to what the users saw."""
+    from workbench.analysis import chains  # chains reads this module's types: imported when used
+
     if c.host:
         where = c.host + (f" GPU {c.gpu}" if c.gpu else "")
     elif c.gpu:
@@ -569,8 +565,9 @@ def describe(c: Candidate, causes: dict[str, dict[str, Any]], groups: list[Sympt
     sentence = ", ".join(parts) + f": {text[:160]}"
     if c.absorbed:
         sentence += f" (with {', '.join(sorted(set(c.absorbed)))} at the same place)"
-    if c.consequences:
-        sentence += f"; led to {', '.join(sorted({b.cause for b in c.consequences}))}"
+    chain = chains.chain_sentence(c, causes, groups, ranks, told=text[:160])
+    if chain:
+        sentence += f"; {chain}"
     if mine:
         sentence += "; explains " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
     return sentence

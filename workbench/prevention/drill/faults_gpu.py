@@ -87,6 +87,7 @@ def driver_stack_mismatch_training(job: Job) -> None:
     d.place_gpu = False
     upgrade = d.start - timedelta(hours=d.rng.randint(2, 9), minutes=d.rng.randint(0, 59))
     d.fault = d.start + timedelta(seconds=9, milliseconds=d.rng.randint(0, 900))
+    d.first_sign = upgrade.replace(microsecond=0)  # the change before the first error, as dpkg stamps it
     old, new = "550.90.07-0ubuntu0.22.04.1", "550.107.02-0ubuntu0.22.04.1"
     pkgs = ("libnvidia-compute-550", "nvidia-utils-550", "libnvidia-extra-550", "nvidia-compute-utils-550")
     for host in d.hosts:
@@ -119,6 +120,7 @@ def fabric_manager_down_training(job: Job) -> None:
     d.place_gpu = False
     d.fault = d.start + timedelta(seconds=8, milliseconds=d.rng.randint(0, 900))
     boot = d.start - timedelta(minutes=d.rng.randint(20, 200))
+    d.first_sign = boot.replace(microsecond=0)  # Fabric Manager refusing to start, as the journal stamps it
     d.add(f"{d.culprit}/journal-nvidia-fabricmanager.txt",
           f"{boot:%b %d %H:%M:%S} {d.culprit} systemd[1]: Starting NVIDIA fabric manager service...",
           f"{boot:%b %d %H:%M:%S} {d.culprit} nv-fabricmanager[{d.rng.randint(2000, 5000)}]: fabric manager NVIDIA GPU driver interface version 550.90.07 don't match with driver version 550.107.02. Please update with matching NVIDIA driver package.",

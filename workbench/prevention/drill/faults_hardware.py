@@ -30,7 +30,9 @@ def gpu_fell_off_bus_training(job: Job) -> None:
     d.title = f"Job {d.job} failed: collective timeouts on every rank"
     bus = d.buses[d.local]
     for k in range(d.rng.randint(1, 3)):
-        _aer(job, d.fault - timedelta(seconds=d.rng.randint(60, 600) * (k + 1)), "Uncorrected (Non-Fatal)",
+        early = d.fault - timedelta(seconds=d.rng.randint(60, 600) * (k + 1))
+        d.first_sign = min(early, d.first_sign or early)  # the first non-fatal error before the fatal one
+        _aer(job, early, "Uncorrected (Non-Fatal)",
              "Transaction Layer, (Requester ID)", "00004000", "[14] CmpltTO                (First)")
     _aer(job, d.fault, "Uncorrected (Fatal)", "Transaction Layer, (Receiver ID)", "00000020", "[ 5] SDES                   (First)")
     job.dmesg(d.culprit, d.fault + timedelta(microseconds=912), f"NVRM: GPU at PCI:0000:{bus}:00: {uuid(d, d.culprit, d.local)}",
@@ -124,6 +126,7 @@ def psu_or_fan_failure_training(job: Job) -> None:
     d.title = f"Job {d.job} failed: ranks lost"
     d.place_gpu = False
     when = d.fault - timedelta(seconds=d.rng.randint(2, 30))
+    d.first_sign = when.replace(microsecond=0)  # the supply failing, as the SEL stamps it
     sel = [f"   1 | {d.start - timedelta(days=3):%m/%d/%Y} | 04:10:22 | Power Unit Pwr Unit Status | Power off/down | Deasserted",
            f"   2 | {when:%m/%d/%Y} | {when:%H:%M:%S} | Power Supply PS{d.rng.randint(1, 4)} Status | Failure detected () | Asserted",
            f"   3 | {when:%m/%d/%Y} | {when + timedelta(seconds=2):%H:%M:%S} | Power Supply PS2 Status | Power Supply AC lost | Asserted"]

@@ -99,6 +99,7 @@ def pod_eviction_inference(svc: Service) -> None:
     d = svc.d
     d.title = f"{svc.model}: errors and latency up, a replica gone"
     node, pod = d.culprit, svc.pods[svc.victim]
+    d.first_sign = d.fault - timedelta(seconds=20)  # the kubelet's threshold, before the eviction itself
     svc.event(d.fault - timedelta(seconds=20), "EvictionThresholdMet", "Attempting to reclaim ephemeral-storage",
               kind="Node", obj=node, node=node)
     svc.event(d.fault, "Evicted",
