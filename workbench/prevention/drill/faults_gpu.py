@@ -317,3 +317,94 @@ def ecc_uncorrectable_inference(svc: Service) -> None:
                f"NVRM: Xid (PCI:0000:{bus}:00): 94, pid={d.rng.randint(2000, 9000)}, name=python3, Contained: CE User Channel (0x9). RST: No, D-RST: No",
                f"NVRM: Xid (PCI:0000:{bus}:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row (0x0000000000a1{d.rng.randint(0, 0xfff):03x}c0) Marked for Remapping, reset gpu to activate.")
     _engine_dies(svc, "RuntimeError: CUDA error: uncorrectable ECC error encountered")
+
+
+def _crashloop(svc: Service, first: datetime, *error: str) -> None:
+    """The victim's container comes back at ``first`` and dies at start with ``error`` (its vLLM log
+    shows each try), then stays in CrashLoopBackOff; the other replicas take its load."""
+    pod, node = svc.pods[svc.victim], svc.d.culprit
+    svc.engine_log(first, *error)
+    svc.event(first + timedelta(seconds=30), "BackOff", f"Back-off restarting failed container vllm in pod {pod}_serving",
+              obj=pod, node=node, count=4)
+    svc.replica_gone()
+
+
+@fault("driver_stack_mismatch", "inference")
+def driver_stack_mismatch_inference(svc: Service) -> None:
+    """Unattended upgrades replaced one node's NVIDIA user-space libraries without a reboot; when its vLLM container restarts CUDA cannot start there."""
+    d = svc.d
+    d.title = f"{svc.model}: a replica in CrashLoopBackOff"
+    upgrade = svc.t0 - timedelta(hours=d.rng.randint(2, 9), minutes=d.rng.randint(0, 59))
+    old, new = "550.90.07-0ubuntu0.22.04.1", "550.107.02-0ubuntu0.22.04.1"
+    for host in d.hosts:
+        routine = upgrade + timedelta(minutes=d.hosts.index(host) * 3 + 1)
+        log = [f"{routine:%Y-%m-%d %H:%M:%S} startup archives unpack",
+               f"{routine:%Y-%m-%d %H:%M:%S} upgrade tzdata:all 2024a-0ubuntu0.22.04 2025a-0ubuntu0.22.04",
+               f"{routine:%Y-%m-%d %H:%M:%S} status installed tzdata:all 2025a-0ubuntu0.22.04"]
+        if host == d.culprit:
+            for i, pkg in enumerate(("libnvidia-compute-550", "nvidia-utils-550", "libnvidia-extra-550")):
+                when = upgrade + timedelta(seconds=i * 1.3)
+                log += [f"{when:%Y-%m-%d %H:%M:%S} upgrade {pkg}:amd64 {old} {new}",
+                        f"{when:%Y-%m-%d %H:%M:%S} status installed {pkg}:amd64 {new}"]
+        d.add(f"{host}/dpkg.log", *sorted(log))
+    d.first_sign = upgrade.replace(microsecond=0)
+    svc.kernel(d.culprit, d.fault + timedelta(seconds=3), "NVRM: API mismatch: the client has the version 550.107.02, but",
+               "NVRM: this kernel module has the version 550.90.07.  Please",
+               "NVRM: make sure that this kernel module and all NVIDIA driver",
+               "NVRM: components have the same version.")
+    svc.event(d.fault, "Killing", "Container vllm failed liveness probe, will be restarted", obj=svc.pods[svc.victim],
+              node=d.culprit, typ="Normal")
+    _crashloop(svc, d.fault + timedelta(seconds=3),
+               "worker.py:101] RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling NumCudaDevices() that might have already set an error? Error 803: system has unsupported display driver / cuda driver combination")
+
+
+@fault("fabric_manager_down", "inference")
+def fabric_manager_down_inference(svc: Service) -> None:
+    """A node reboots into a new driver its Fabric Manager does not match; FM refuses to start and the vLLM pod there fails CUDA init with 802."""
+    d = svc.d
+    d.title = f"{svc.model}: a replica in CrashLoopBackOff after a node reboot"
+    boot = d.fault - timedelta(seconds=d.rng.randint(60, 120))
+    d.add(f"{d.culprit}/journal-nvidia-fabricmanager.txt",
+          f"{boot:%b %d %H:%M:%S} {d.culprit} systemd[1]: Starting NVIDIA fabric manager service...",
+          f"{boot:%b %d %H:%M:%S} {d.culprit} nv-fabricmanager[{d.rng.randint(2000, 5000)}]: fabric manager NVIDIA GPU driver interface version 550.90.07 don't match with driver version 550.107.02. Please update with matching NVIDIA driver package.",
+          f"{boot:%b %d %H:%M:%S} {d.culprit} systemd[1]: nvidia-fabricmanager.service: Control process exited, code=exited, status=1/FAILURE",
+          f"{boot:%b %d %H:%M:%S} {d.culprit} systemd[1]: Failed to start NVIDIA fabric manager service.")
+    d.first_sign = boot.replace(microsecond=0)
+    svc.event(d.fault - timedelta(seconds=150), "NodeNotReady", f"Node {d.culprit} status is now: NodeNotReady", kind="Node",
+              obj=d.culprit, node=d.culprit, typ="Normal", component="node-controller")
+    svc.event(boot + timedelta(seconds=40), "Rebooted", f"Node {d.culprit} has been rebooted, boot id: {d.rng.randint(0, 0xffffffff):08x}-1c2d-4e5f-8a9b-0c1d2e3f4a5b",
+              kind="Node", obj=d.culprit, node=d.culprit)
+
+    def down(p: int, t: datetime, s: dict[str, float]) -> None:  # the node was rebooting before the pod failed
+        if p == svc.victim and d.fault - timedelta(seconds=150) <= t < d.fault:
+            s["up"] = 0.0
+    svc.effects.append(down)
+    _crashloop(svc, d.fault,
+               "worker.py:101] RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling NumCudaDevices() that might have already set an error? Error 802: system not yet initialized")
+
+
+@fault("gpu_hang", "inference")
+def gpu_hang_inference(svc: Service) -> None:
+    """A replica's GPU stops answering its GSP firmware (Xid 119): the engine stalls, its liveness probe fails and the kubelet restarts it."""
+    d = svc.d
+    d.title = f"{svc.model}: requests time out on one replica"
+    d.place_gpu = True
+    for k in range(3):
+        svc.kernel(d.culprit, d.fault + timedelta(seconds=45 * k),
+                   f"NVRM: Xid (PCI:0000:{d.buses[d.local]}:00): 119, pid={d.rng.randint(2000, 9000)}, name=python3, Timeout after 45s of "
+                   f"waiting for RPC response from GPU{d.local} GSP! Expected function 76 (GSP_RM_CONTROL) sequence "
+                   f"{24174 + k * 7} (0x20801322 0x808).")
+    d.first_sign = d.fault.replace(microsecond=0)
+    pod, node = svc.pods[svc.victim], d.culprit
+    svc.event(d.fault + timedelta(seconds=30), "Unhealthy",
+              f'Liveness probe failed: Get "http://10.42.{svc.victim + 3}.17:8000/health": context deadline exceeded (Client.Timeout exceeded while awaiting headers)',
+              obj=pod, node=node, count=3)
+    svc.event(d.fault + timedelta(seconds=95), "Killing", "Container vllm failed liveness probe, will be restarted", obj=pod,
+              node=node, typ="Normal")
+
+    def stall(p: int, t: datetime, s: dict[str, float]) -> None:
+        if p == svc.victim and t >= d.fault:
+            s["rate"] *= 0.02
+            s["waiting"] += 150
+            s["slow"] = 1.0
+    svc.effects.append(stall)
