@@ -68,6 +68,7 @@ def numeric_instability_training(job: Job) -> None:
     d = job.d
     d.title = f"Job {d.job} aborted: NaN in the gradients"
     d.place_host = False
+    d.first_sign = (d.fault - timedelta(seconds=2 * 60)).replace(microsecond=0)  # the loss jumps 50 % two logs before NaN
     for rank in range(d.nranks):
         if rank == 0:
             for i, loss in enumerate((1.874512, 1.902433, 2.817764, 9.733120)):
@@ -87,6 +88,7 @@ def driver_stack_mismatch_training(job: Job) -> None:
     d.place_gpu = False
     upgrade = d.start - timedelta(hours=d.rng.randint(2, 9), minutes=d.rng.randint(0, 59))
     d.fault = d.start + timedelta(seconds=9, milliseconds=d.rng.randint(0, 900))
+    d.first_sign = upgrade  # the change is the first link: the library upgrade hours before CUDA fails
     old, new = "550.90.07-0ubuntu0.22.04.1", "550.107.02-0ubuntu0.22.04.1"
     pkgs = ("libnvidia-compute-550", "nvidia-utils-550", "libnvidia-extra-550", "nvidia-compute-utils-550")
     for host in d.hosts:
@@ -119,6 +121,7 @@ def fabric_manager_down_training(job: Job) -> None:
     d.place_gpu = False
     d.fault = d.start + timedelta(seconds=8, milliseconds=d.rng.randint(0, 900))
     boot = d.start - timedelta(minutes=d.rng.randint(20, 200))
+    d.first_sign = boot  # Fabric Manager failed at boot, long before the job tried CUDA
     d.add(f"{d.culprit}/journal-nvidia-fabricmanager.txt",
           f"{boot:%b %d %H:%M:%S} {d.culprit} systemd[1]: Starting NVIDIA fabric manager service...",
           f"{boot:%b %d %H:%M:%S} {d.culprit} nv-fabricmanager[{d.rng.randint(2000, 5000)}]: fabric manager NVIDIA GPU driver interface version 550.90.07 don't match with driver version 550.107.02. Please update with matching NVIDIA driver package.",
@@ -301,6 +304,7 @@ def app_gpu_fault_inference(svc: Service) -> None:
     d = svc.d
     d.place_gpu = True
     pid = d.rng.randint(2000, 9000)
+    d.first_sign = d.fault - timedelta(milliseconds=300)
     svc.kernel(d.culprit, d.fault - timedelta(milliseconds=300),
                f"NVRM: Xid (PCI:0000:{d.buses[d.local]}:00): 13, pid={pid}, name=python3, Graphics SM Warp Exception on (GPC {d.rng.randint(0, 7)}, TPC 1, SM 0): Out Of Range Address",
                f"NVRM: Xid (PCI:0000:{d.buses[d.local]}:00): 13, pid={pid}, name=python3, Graphics Exception: ESR 0x51e730=0x201000e 0x51e734=0x0 0x51e728=0x4c1eb72 0x51e72c=0x174")
@@ -313,6 +317,7 @@ def ecc_uncorrectable_inference(svc: Service) -> None:
     d = svc.d
     d.place_gpu = True
     bus = d.buses[d.local]
+    d.first_sign = d.fault - timedelta(milliseconds=200)
     svc.kernel(d.culprit, d.fault - timedelta(milliseconds=200),
                f"NVRM: Xid (PCI:0000:{bus}:00): 94, pid={d.rng.randint(2000, 9000)}, name=python3, Contained: CE User Channel (0x9). RST: No, D-RST: No",
                f"NVRM: Xid (PCI:0000:{bus}:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row (0x0000000000a1{d.rng.randint(0, 0xfff):03x}c0) Marked for Remapping, reset gpu to activate.")

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from workbench.prevention.drill.registry import fault
 from workbench.prevention.drill.serving import Service
+from workbench.prevention.drill.signs import first_slow_step
 from workbench.prevention.drill.training import Job, uuid
 
 
@@ -30,8 +31,10 @@ def gpu_fell_off_bus_training(job: Job) -> None:
     d.title = f"Job {d.job} failed: collective timeouts on every rank"
     bus = d.buses[d.local]
     for k in range(d.rng.randint(1, 3)):
-        _aer(job, d.fault - timedelta(seconds=d.rng.randint(60, 600) * (k + 1)), "Uncorrected (Non-Fatal)",
-             "Transaction Layer, (Requester ID)", "00004000", "[14] CmpltTO                (First)")
+        when = d.fault - timedelta(seconds=d.rng.randint(60, 600) * (k + 1))
+        d.first_sign = min(d.first_sign or when, when)  # the first non-fatal AER, minutes before the GPU is lost
+        _aer(job, when, "Uncorrected (Non-Fatal)", "Transaction Layer, (Requester ID)", "00004000",
+             "[14] CmpltTO                (First)")
     _aer(job, d.fault, "Uncorrected (Fatal)", "Transaction Layer, (Receiver ID)", "00000020", "[ 5] SDES                   (First)")
     job.dmesg(d.culprit, d.fault + timedelta(microseconds=912), f"NVRM: GPU at PCI:0000:{bus}:00: {uuid(d, d.culprit, d.local)}",
               f"NVRM: Xid (PCI:0000:{bus}:00): 79, pid=0, GPU has fallen off the bus.",
@@ -91,12 +94,18 @@ def nvswitch_fault_training(job: Job) -> None:
 def _throttle(job: Job, reason: str, temp: int, power: float, clock: int) -> None:
     d = job.d
     job.slow_from, job.slow_s = d.fault, 1.05 * 1980 / clock
+    taken: list[datetime] = []
 
     def edit(when: datetime, row: dict[str, object]) -> None:
         if when >= d.fault:
+            if d.first_sign is None:  # the rank logs are written by now: the first slow step or this sample
+                stamp = when.replace(microsecond=(len(taken) * 37 + d.local) % 1000 * 1000)
+                step = first_slow_step(d, d.rank, 0.296 * 1.05 * 1000)
+                d.first_sign = min(stamp, step) if step else stamp
             row.update(temp=temp, power=power, clock=clock, **{reason: "Active"})
             if reason == "hw_thermal":
                 row["sw_thermal"] = "Active"
+        taken.append(when)
     job.samples = edit
     job.state, job.exit_code = "TIMEOUT", "0:0"
     job.finish(d.fault + timedelta(hours=d.rng.randint(2, 4), minutes=d.rng.randint(0, 59)))
@@ -124,6 +133,7 @@ def psu_or_fan_failure_training(job: Job) -> None:
     d.title = f"Job {d.job} failed: ranks lost"
     d.place_gpu = False
     when = d.fault - timedelta(seconds=d.rng.randint(2, 30))
+    d.first_sign = when.replace(microsecond=0)  # the BMC saw the supply fail before the node dropped
     sel = [f"   1 | {d.start - timedelta(days=3):%m/%d/%Y} | 04:10:22 | Power Unit Pwr Unit Status | Power off/down | Deasserted",
            f"   2 | {when:%m/%d/%Y} | {when:%H:%M:%S} | Power Supply PS{d.rng.randint(1, 4)} Status | Failure detected () | Asserted",
            f"   3 | {when:%m/%d/%Y} | {when + timedelta(seconds=2):%H:%M:%S} | Power Supply PS2 Status | Power Supply AC lost | Asserted"]
@@ -153,6 +163,7 @@ def gpu_fell_off_bus_inference(svc: Service) -> None:
     d.title = f"{svc.model}: 5xx errors, a replica down"
     d.place_gpu = True
     bus = d.buses[d.local]
+    d.first_sign = d.fault - timedelta(milliseconds=700)
     svc.kernel(d.culprit, d.fault - timedelta(milliseconds=700),
                f"pcieport 0000:{int(bus, 16) - 1:02x}:00.0: AER: Uncorrected (Fatal) error received: 0000:{bus}:00.0",
                f"nvidia 0000:{bus}:00.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Receiver ID)",

@@ -39,7 +39,9 @@ def network_misconfigured_training(job: Job) -> None:
     d = job.d
     d.title = f"Job {d.job} failed at start: NCCL could not connect"
     d.place_host = False
-    d.fault = d.start + timedelta(seconds=6, milliseconds=d.rng.randint(0, 900))
+    # NCCL bootstraps right after the process group's init line: its lines carry no time of their own
+    # (NCCL before 2.26), so that line's is when the failure shows
+    d.fault = d.start + timedelta(milliseconds=d.rng.randint(200, 900))
     for rank in range(d.nranks):
         host, pid, dev = d.host_of(rank), d.pid(rank), rank % d.gpus_per_host
         job.log(rank, f"{host}:{pid}:{pid} [{dev}] NCCL INFO NET/Socket : Using [0]bond0:{d.ip(host)}<0> [1]docker0:172.17.0.1<0> [2]br-{d.rng.randint(0, 0xffffffff):08x}:172.19.0.1<0>",

@@ -99,6 +99,7 @@ def pod_eviction_inference(svc: Service) -> None:
     d = svc.d
     d.title = f"{svc.model}: errors and latency up, a replica gone"
     node, pod = d.culprit, svc.pods[svc.victim]
+    d.first_sign = d.fault - timedelta(seconds=20)  # the kubelet's disk pressure before it evicts
     svc.event(d.fault - timedelta(seconds=20), "EvictionThresholdMet", "Attempting to reclaim ephemeral-storage",
               kind="Node", obj=node, node=node)
     svc.event(d.fault, "Evicted",
@@ -114,6 +115,7 @@ def host_oom_kill_inference(svc: Service) -> None:
     d.title = f"{svc.model}: 5xx errors, a replica restarted"
     pid = d.rng.randint(2000, 9000)
     uid = f"{d.rng.randint(0, 0xffffffff):08x}_{d.rng.randint(0, 0xffff):04x}"
+    d.first_sign = d.fault - timedelta(milliseconds=40)
     svc.kernel(d.culprit, d.fault - timedelta(milliseconds=40),
                "python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=-997",
                f"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=cri-containerd-{uid}.scope,mems_allowed=0-1,oom_memcg=/kubepods.slice/kubepods-pod{uid}.slice,task_memcg=/kubepods.slice/kubepods-pod{uid}.slice/cri-containerd-{uid}.scope,task=python3,pid={pid},uid=0",
@@ -139,7 +141,9 @@ def shm_exhausted_training(job: Job) -> None:
     d = job.d
     d.title = f"Job {d.job} failed at start: NCCL could not set up shared memory"
     d.place_host = False
-    d.fault = d.start + timedelta(seconds=5, milliseconds=d.rng.randint(0, 900))
+    # NCCL sets up its transports right after the process group's init line: its WARN lines carry no
+    # time of their own (NCCL before 2.26), so that line's is when the failure shows
+    d.fault = d.start + timedelta(milliseconds=d.rng.randint(200, 900))
     for rank in range(d.nranks):
         host, pid, dev = d.host_of(rank), d.pid(rank), rank % d.gpus_per_host
         job.log(rank, f"{host}:{pid}:{pid + 97} [{dev}] misc/shmutils.cc:132 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-{d.rng.randint(0, 0xffffff):06X} (size {d.rng.randint(9, 40) * 1048576}), error: No space left on device (28)",
