@@ -413,3 +413,52 @@ def gpu_hang_inference(svc: Service) -> None:
             s["waiting"] += 150
             s["slow"] = 1.0
     svc.effects.append(stall)
+
+
+@fault("gpu_contention", "training")
+def gpu_contention_training(job: Job) -> None:
+    """Another user's process, started outside Slurm, holds most of one of the job's GPUs: that rank runs out of memory."""
+    d = job.d
+    d.title = f"Job {d.job} failed: a rank died"
+    stray, held = d.rng.randint(10_000, 60_000), d.rng.randint(40, 52)
+    job.log(d.rank, fmt.pylog(d.fault, f"[rank{d.rank}] evaluation: building the eval dataloader"),
+            *_traceback(d.rank, f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {d.rng.randint(2, 6)}.00 GiB. "
+                        f"GPU {d.local} has a total capacity of 79.11 GiB of which {d.rng.randint(200, 900)}.06 MiB is free. "
+                        f"Process {stray} has {held}.20 GiB memory in use. Including non-PyTorch memory, this process has "
+                        f"{78 - held}.{d.rng.randint(10, 90)} GiB memory in use. Of the allocated memory {76 - held}.80 GiB is "
+                        "allocated by PyTorch, and 1.10 GiB is reserved by PyTorch but unallocated. If reserved but unallocated "
+                        "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."))
+    job.smi_edit = _stray_process(job, stray, held * 1024 + 205)
+    job.stop(d.fault)
+
+
+def _stray_process(job: Job, pid: int, mib: int) -> Callable[[str], str]:
+    """The culprit host's nvidia-smi -q at capture: the job is gone, the stray process still holds its GPU."""
+    target = f"GPU 0000:{job.d.buses[job.d.local]}:00.0".upper()
+    block = "\n".join(["    Processes", _kv(8, "GPU instance ID", "N/A"), _kv(8, "Compute instance ID", "N/A"),
+                       _kv(8, "Process ID", pid), _kv(12, "Type", "C"), _kv(12, "Name", "python"),
+                       _kv(12, "Used GPU Memory", f"{mib} MiB")])
+
+    def edit(text: str) -> str:
+        head, sep, rest = text.partition(target)
+        return head + sep + rest.replace("    Processes                             : None", block, 1)
+    return edit
+
+
+@fault("gpu_runtime_misconfigured", "training")
+def gpu_runtime_misconfigured_training(job: Job) -> None:
+    """A node reimaged without enroot's NVIDIA hook starts the job's container without the GPU libraries: its ranks find no GPU."""
+    d = job.d
+    d.title = f"Job {d.job} failed at start"
+    d.place_gpu = False
+    # CUDA initialises right after the process group's init line, whose time the traceback follows
+    d.fault = d.start + timedelta(milliseconds=d.rng.randint(200, 900))
+    dead = {r for r in range(d.nranks) if d.host_of(r) == d.culprit}
+    for rank in sorted(dead):
+        job.log(rank, *_traceback(rank, f'  File "{SITE}/torch/cuda/__init__.py", line 314, in _lazy_init',
+                                  "    torch._C._cuda_init()",
+                                  "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and "
+                                  "installed a driver from http://www.nvidia.com/Download/index.aspx"))
+    d.add(f"slurm/job-{d.job}.err",
+          "pyxis: importing docker image: nvcr.io#nvidia/pytorch:24.05-py3")
+    job.stop(d.fault, dead=dead)
