@@ -462,3 +462,37 @@ def gpu_runtime_misconfigured_training(job: Job) -> None:
     d.add(f"slurm/job-{d.job}.err",
           "pyxis: importing docker image: nvcr.io#nvidia/pytorch:24.05-py3")
     job.stop(d.fault, dead=dead)
+
+
+@fault("numeric_instability", "inference")
+def numeric_instability_inference(svc: Service) -> None:
+    """The FP16 model overflows on a new kind of long prompt: its logits turn NaN, the sampler raises and each replica's engine dies in turn."""
+    d = svc.d
+    d.title = f"{svc.model}: 5xx errors on every replica"
+    d.place_host = False
+    start = svc.t0 - timedelta(hours=20)
+    downs: list[tuple[datetime, datetime]] = []
+    for p, (pod, node) in enumerate(zip(svc.pods, svc.nodes)):
+        when = d.fault + timedelta(seconds=p * d.rng.randint(25, 70))
+        downs.append((when, when + timedelta(seconds=90)))
+        d.add(f"{node}/logs/{pod}.log",
+              f"INFO {start:%m-%d %H:%M:%S} api_server.py:585] vLLM API server version 0.6.3",
+              f"INFO {start:%m-%d %H:%M:%S} config.py:1652] Downcasting torch.float32 to torch.float16.",
+              f"ERROR {when:%m-%d %H:%M:%S} async_llm_engine.py:64] Engine background task failed",
+              f"ERROR {when:%m-%d %H:%M:%S} async_llm_engine.py:64] RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
+              f"ERROR {when:%m-%d %H:%M:%S} client.py:269] AsyncEngineDeadError: Background loop has errored already.")
+        svc.event(when + timedelta(seconds=35), "BackOff", f"Back-off restarting failed container vllm in pod {pod}_serving",
+                  obj=pod, node=node, count=1)
+    d.first_sign = d.fault
+    restarted: set[int] = set()
+
+    def effect(p: int, t: datetime, s: dict[str, float]) -> None:
+        down, back = downs[p]
+        if down <= t < back:
+            s["up"] = 0.0
+        elif t >= back and p not in restarted:
+            restarted.add(p)
+            s["restart"] = 1.0
+        elif t >= d.fault:
+            s["fail"] = 0.04
+    svc.effects.append(effect)
