@@ -357,7 +357,7 @@ def driver_stack_mismatch_inference(svc: Service) -> None:
                "NVRM: this kernel module has the version 550.90.07.  Please",
                "NVRM: make sure that this kernel module and all NVIDIA driver",
                "NVRM: components have the same version.")
-    svc.event(d.fault, "Killing", "Container vllm failed liveness probe, will be restarted", obj=svc.pods[svc.victim],
+    svc.event(d.fault, "Killing", "Stopping container vllm", obj=svc.pods[svc.victim],
               node=d.culprit, typ="Normal")
     _crashloop(svc, d.fault + timedelta(seconds=3),
                "worker.py:101] RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling NumCudaDevices() that might have already set an error? Error 803: system has unsupported display driver / cuda driver combination")
@@ -374,7 +374,7 @@ def fabric_manager_down_inference(svc: Service) -> None:
           f"{boot:%b %d %H:%M:%S} {d.culprit} nv-fabricmanager[{d.rng.randint(2000, 5000)}]: fabric manager NVIDIA GPU driver interface version 550.90.07 don't match with driver version 550.107.02. Please update with matching NVIDIA driver package.",
           f"{boot:%b %d %H:%M:%S} {d.culprit} systemd[1]: nvidia-fabricmanager.service: Control process exited, code=exited, status=1/FAILURE",
           f"{boot:%b %d %H:%M:%S} {d.culprit} systemd[1]: Failed to start NVIDIA fabric manager service.")
-    d.first_sign = boot.replace(microsecond=0)
+    d.first_sign = d.fault - timedelta(seconds=150)  # the reboot into the new driver starts the chain
     svc.event(d.fault - timedelta(seconds=150), "NodeNotReady", f"Node {d.culprit} status is now: NodeNotReady", kind="Node",
               obj=d.culprit, node=d.culprit, typ="Normal", component="node-controller")
     svc.event(boot + timedelta(seconds=40), "Rebooted", f"Node {d.culprit} has been rebooted, boot id: {d.rng.randint(0, 0xffffffff):08x}-1c2d-4e5f-8a9b-0c1d2e3f4a5b",

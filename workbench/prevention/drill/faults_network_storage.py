@@ -128,7 +128,7 @@ def network_misconfigured_inference(svc: Service) -> None:
     d.place_host = False
     pod, node = svc.pods[svc.victim], d.culprit
     pid = d.rng.randint(200, 900)
-    svc.event(d.fault - timedelta(seconds=8), "Killing", "Container vllm failed liveness probe, will be restarted", obj=pod,
+    svc.event(d.fault - timedelta(seconds=8), "Killing", "Stopping container vllm", obj=pod,
               node=node, typ="Normal")
     d.add(f"{node}/logs/{pod}.log",
           f"INFO {d.fault:%m-%d %H:%M:%S} api_server.py:585] vLLM API server version 0.6.3",
@@ -172,7 +172,7 @@ def disk_full_inference(svc: Service) -> None:
     d = svc.d
     d.title = f"{svc.model}: a replica in CrashLoopBackOff"
     pod, node = svc.pods[svc.victim], d.culprit
-    svc.event(d.fault - timedelta(seconds=6), "Killing", "Container vllm failed liveness probe, will be restarted", obj=pod,
+    svc.event(d.fault - timedelta(seconds=6), "Killing", "Stopping container vllm", obj=pod,
               node=node, typ="Normal")
     repo = svc.model.replace("/", "--")
     svc.engine_log(d.fault, "weight_utils.py:218] Error downloading the weights",

@@ -182,7 +182,7 @@ def shm_exhausted_inference(svc: Service) -> None:
     d.place_host = False
     pod, node = svc.pods[svc.victim], d.culprit
     pid = d.rng.randint(200, 900)
-    svc.event(d.fault - timedelta(seconds=8), "Killing", "Container vllm failed liveness probe, will be restarted", obj=pod,
+    svc.event(d.fault - timedelta(seconds=8), "Killing", "Stopping container vllm", obj=pod,
               node=node, typ="Normal")
     d.add(f"{node}/logs/{pod}.log",
           f"INFO {d.fault:%m-%d %H:%M:%S} api_server.py:585] vLLM API server version 0.6.3",
