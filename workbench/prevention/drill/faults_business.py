@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
+from workbench.prevention.drill import lines as fmt
 from workbench.prevention.drill.registry import fault
 from workbench.prevention.drill.serving import Service
+from workbench.prevention.drill.training import Job
 from workbench.times import iso
 
 
@@ -86,3 +89,29 @@ def quantization_regression_inference(svc: Service) -> None:
         s["fail"] = max(s["fail"], share * level)
         s["latency"] = 1.0 + 2.0 * level
     svc.effects.append(effect)
+
+
+@fault("bad_change", "training")
+def bad_change_training(job: Job) -> None:
+    """A commit to the training code adds tokens to the tokenizer; the job restarted on it cannot load its checkpoint on any rank."""
+    d = job.d
+    d.title = f"Job {d.job} failed at start after a code change"
+    d.place_host = False
+    change = d.start - timedelta(minutes=d.rng.randint(8, 50), seconds=d.rng.randint(0, 59))
+    new, old = f"{d.rng.randint(0, 0xfffffff):07x}", f"{d.rng.randint(0, 0xfffffff):07x}"
+    d.texts["changes/deploys.json"] = json.dumps([{"ts": iso(change, "seconds"), "what": "repo llm-train", "version": f"git {new}",
+                                                   "from_version": f"git {old}", "who": "ci-bot",
+                                                   "note": "tokenizer: add 8 special tokens for tool calls"}], indent=2) + "\n"
+    d.first_sign = change
+    d.fault = d.start + timedelta(seconds=d.rng.randint(20, 40), milliseconds=d.rng.randint(0, 999))
+    step = d.rng.randint(10, 90) * 1000
+    for rank in range(d.nranks):
+        job.log(rank, fmt.pylog(d.fault, f"[rank{rank}] loading checkpoint /ckpt/run{d.job % 97}/global_step{step}"),
+                *(f"[rank{rank}]: {line}" for line in (
+                    "Traceback (most recent call last):",
+                    '  File "/workspace/train.py", line 398, in <module>',
+                    "    engine.load_checkpoint(args.load)",
+                    "RuntimeError: Error(s) in loading state_dict for LlamaForCausalLM:",
+                    "\tsize mismatch for model.embed_tokens.weight: copying a param with shape torch.Size([128256, 8192]) from checkpoint, the shape in current model is torch.Size([128264, 8192]).",
+                    "\tsize mismatch for lm_head.weight: copying a param with shape torch.Size([128256, 8192]) from checkpoint, the shape in current model is torch.Size([128264, 8192]).")))
+    job.finish(d.fault + timedelta(seconds=6))

@@ -68,6 +68,7 @@ def numeric_instability_training(job: Job) -> None:
     d = job.d
     d.title = f"Job {d.job} aborted: NaN in the gradients"
     d.place_host = False
+    d.first_sign = (d.fault - timedelta(seconds=2 * 60)).replace(microsecond=0)  # the loss jumps 50 % two logs before NaN
     for rank in range(d.nranks):
         if rank == 0:
             for i, loss in enumerate((1.874512, 1.902433, 2.817764, 9.733120)):
@@ -303,6 +304,7 @@ def app_gpu_fault_inference(svc: Service) -> None:
     d = svc.d
     d.place_gpu = True
     pid = d.rng.randint(2000, 9000)
+    d.first_sign = d.fault - timedelta(milliseconds=300)
     svc.kernel(d.culprit, d.fault - timedelta(milliseconds=300),
                f"NVRM: Xid (PCI:0000:{d.buses[d.local]}:00): 13, pid={pid}, name=python3, Graphics SM Warp Exception on (GPC {d.rng.randint(0, 7)}, TPC 1, SM 0): Out Of Range Address",
                f"NVRM: Xid (PCI:0000:{d.buses[d.local]}:00): 13, pid={pid}, name=python3, Graphics Exception: ESR 0x51e730=0x201000e 0x51e734=0x0 0x51e728=0x4c1eb72 0x51e72c=0x174")
@@ -315,7 +317,182 @@ def ecc_uncorrectable_inference(svc: Service) -> None:
     d = svc.d
     d.place_gpu = True
     bus = d.buses[d.local]
+    d.first_sign = d.fault - timedelta(milliseconds=200)
     svc.kernel(d.culprit, d.fault - timedelta(milliseconds=200),
                f"NVRM: Xid (PCI:0000:{bus}:00): 94, pid={d.rng.randint(2000, 9000)}, name=python3, Contained: CE User Channel (0x9). RST: No, D-RST: No",
                f"NVRM: Xid (PCI:0000:{bus}:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row (0x0000000000a1{d.rng.randint(0, 0xfff):03x}c0) Marked for Remapping, reset gpu to activate.")
     _engine_dies(svc, "RuntimeError: CUDA error: uncorrectable ECC error encountered")
+
+
+def _crashloop(svc: Service, first: datetime, *error: str) -> None:
+    """The victim's container comes back at ``first`` and dies at start with ``error`` (its vLLM log
+    shows each try), then stays in CrashLoopBackOff; the other replicas take its load."""
+    pod, node = svc.pods[svc.victim], svc.d.culprit
+    svc.engine_log(first, *error)
+    svc.event(first + timedelta(seconds=30), "BackOff", f"Back-off restarting failed container vllm in pod {pod}_serving",
+              obj=pod, node=node, count=4)
+    svc.replica_gone()
+
+
+@fault("driver_stack_mismatch", "inference")
+def driver_stack_mismatch_inference(svc: Service) -> None:
+    """Unattended upgrades replaced one node's NVIDIA user-space libraries without a reboot; when its vLLM container restarts CUDA cannot start there."""
+    d = svc.d
+    d.title = f"{svc.model}: a replica in CrashLoopBackOff"
+    upgrade = svc.t0 - timedelta(hours=d.rng.randint(2, 9), minutes=d.rng.randint(0, 59))
+    old, new = "550.90.07-0ubuntu0.22.04.1", "550.107.02-0ubuntu0.22.04.1"
+    for host in d.hosts:
+        routine = upgrade + timedelta(minutes=d.hosts.index(host) * 3 + 1)
+        log = [f"{routine:%Y-%m-%d %H:%M:%S} startup archives unpack",
+               f"{routine:%Y-%m-%d %H:%M:%S} upgrade tzdata:all 2024a-0ubuntu0.22.04 2025a-0ubuntu0.22.04",
+               f"{routine:%Y-%m-%d %H:%M:%S} status installed tzdata:all 2025a-0ubuntu0.22.04"]
+        if host == d.culprit:
+            for i, pkg in enumerate(("libnvidia-compute-550", "nvidia-utils-550", "libnvidia-extra-550")):
+                when = upgrade + timedelta(seconds=i * 1.3)
+                log += [f"{when:%Y-%m-%d %H:%M:%S} upgrade {pkg}:amd64 {old} {new}",
+                        f"{when:%Y-%m-%d %H:%M:%S} status installed {pkg}:amd64 {new}"]
+        d.add(f"{host}/dpkg.log", *sorted(log))
+    d.first_sign = upgrade.replace(microsecond=0)
+    svc.kernel(d.culprit, d.fault + timedelta(seconds=3), "NVRM: API mismatch: the client has the version 550.107.02, but",
+               "NVRM: this kernel module has the version 550.90.07.  Please",
+               "NVRM: make sure that this kernel module and all NVIDIA driver",
+               "NVRM: components have the same version.")
+    svc.event(d.fault, "Killing", "Stopping container vllm", obj=svc.pods[svc.victim],
+              node=d.culprit, typ="Normal")
+    _crashloop(svc, d.fault + timedelta(seconds=3),
+               "worker.py:101] RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling NumCudaDevices() that might have already set an error? Error 803: system has unsupported display driver / cuda driver combination")
+
+
+@fault("fabric_manager_down", "inference")
+def fabric_manager_down_inference(svc: Service) -> None:
+    """A node reboots into a new driver its Fabric Manager does not match; FM refuses to start and the vLLM pod there fails CUDA init with 802."""
+    d = svc.d
+    d.title = f"{svc.model}: a replica in CrashLoopBackOff after a node reboot"
+    boot = d.fault - timedelta(seconds=d.rng.randint(60, 120))
+    d.add(f"{d.culprit}/journal-nvidia-fabricmanager.txt",
+          f"{boot:%b %d %H:%M:%S} {d.culprit} systemd[1]: Starting NVIDIA fabric manager service...",
+          f"{boot:%b %d %H:%M:%S} {d.culprit} nv-fabricmanager[{d.rng.randint(2000, 5000)}]: fabric manager NVIDIA GPU driver interface version 550.90.07 don't match with driver version 550.107.02. Please update with matching NVIDIA driver package.",
+          f"{boot:%b %d %H:%M:%S} {d.culprit} systemd[1]: nvidia-fabricmanager.service: Control process exited, code=exited, status=1/FAILURE",
+          f"{boot:%b %d %H:%M:%S} {d.culprit} systemd[1]: Failed to start NVIDIA fabric manager service.")
+    d.first_sign = d.fault - timedelta(seconds=150)  # the reboot into the new driver starts the chain
+    svc.event(d.fault - timedelta(seconds=150), "NodeNotReady", f"Node {d.culprit} status is now: NodeNotReady", kind="Node",
+              obj=d.culprit, node=d.culprit, typ="Normal", component="node-controller")
+    svc.event(boot + timedelta(seconds=40), "Rebooted", f"Node {d.culprit} has been rebooted, boot id: {d.rng.randint(0, 0xffffffff):08x}-1c2d-4e5f-8a9b-0c1d2e3f4a5b",
+              kind="Node", obj=d.culprit, node=d.culprit)
+
+    def down(p: int, t: datetime, s: dict[str, float]) -> None:  # the node was rebooting before the pod failed
+        if p == svc.victim and d.fault - timedelta(seconds=150) <= t < d.fault:
+            s["up"] = 0.0
+    svc.effects.append(down)
+    _crashloop(svc, d.fault,
+               "worker.py:101] RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling NumCudaDevices() that might have already set an error? Error 802: system not yet initialized")
+
+
+@fault("gpu_hang", "inference")
+def gpu_hang_inference(svc: Service) -> None:
+    """A replica's GPU stops answering its GSP firmware (Xid 119): the engine stalls, its liveness probe fails and the kubelet restarts it."""
+    d = svc.d
+    d.title = f"{svc.model}: requests time out on one replica"
+    d.place_gpu = True
+    for k in range(3):
+        svc.kernel(d.culprit, d.fault + timedelta(seconds=45 * k),
+                   f"NVRM: Xid (PCI:0000:{d.buses[d.local]}:00): 119, pid={d.rng.randint(2000, 9000)}, name=python3, Timeout after 45s of "
+                   f"waiting for RPC response from GPU{d.local} GSP! Expected function 76 (GSP_RM_CONTROL) sequence "
+                   f"{24174 + k * 7} (0x20801322 0x808).")
+    d.first_sign = d.fault.replace(microsecond=0)
+    pod, node = svc.pods[svc.victim], d.culprit
+    svc.event(d.fault + timedelta(seconds=30), "Unhealthy",
+              f'Liveness probe failed: Get "http://10.42.{svc.victim + 3}.17:8000/health": context deadline exceeded (Client.Timeout exceeded while awaiting headers)',
+              obj=pod, node=node, count=3)
+    svc.event(d.fault + timedelta(seconds=95), "Killing", "Container vllm failed liveness probe, will be restarted", obj=pod,
+              node=node, typ="Normal")
+
+    def stall(p: int, t: datetime, s: dict[str, float]) -> None:
+        if p == svc.victim and t >= d.fault:
+            s["rate"] *= 0.02
+            s["waiting"] += 150
+            s["slow"] = 1.0
+    svc.effects.append(stall)
+
+
+@fault("gpu_contention", "training")
+def gpu_contention_training(job: Job) -> None:
+    """Another user's process, started outside Slurm, holds most of one of the job's GPUs: that rank runs out of memory."""
+    d = job.d
+    d.title = f"Job {d.job} failed: a rank died"
+    stray, held = d.rng.randint(10_000, 60_000), d.rng.randint(40, 52)
+    job.log(d.rank, fmt.pylog(d.fault, f"[rank{d.rank}] evaluation: building the eval dataloader"),
+            *_traceback(d.rank, f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {d.rng.randint(2, 6)}.00 GiB. "
+                        f"GPU {d.local} has a total capacity of 79.11 GiB of which {d.rng.randint(200, 900)}.06 MiB is free. "
+                        f"Process {stray} has {held}.20 GiB memory in use. Including non-PyTorch memory, this process has "
+                        f"{78 - held}.{d.rng.randint(10, 90)} GiB memory in use. Of the allocated memory {76 - held}.80 GiB is "
+                        "allocated by PyTorch, and 1.10 GiB is reserved by PyTorch but unallocated. If reserved but unallocated "
+                        "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."))
+    job.smi_edit = _stray_process(job, stray, held * 1024 + 205)
+    job.stop(d.fault)
+
+
+def _stray_process(job: Job, pid: int, mib: int) -> Callable[[str], str]:
+    """The culprit host's nvidia-smi -q at capture: the job is gone, the stray process still holds its GPU."""
+    target = f"GPU 0000:{job.d.buses[job.d.local]}:00.0".upper()
+    block = "\n".join(["    Processes", _kv(8, "GPU instance ID", "N/A"), _kv(8, "Compute instance ID", "N/A"),
+                       _kv(8, "Process ID", pid), _kv(12, "Type", "C"), _kv(12, "Name", "python"),
+                       _kv(12, "Used GPU Memory", f"{mib} MiB")])
+
+    def edit(text: str) -> str:
+        head, sep, rest = text.partition(target)
+        return head + sep + rest.replace("    Processes                             : None", block, 1)
+    return edit
+
+
+@fault("gpu_runtime_misconfigured", "training")
+def gpu_runtime_misconfigured_training(job: Job) -> None:
+    """A node reimaged without enroot's NVIDIA hook starts the job's container without the GPU libraries: its ranks find no GPU."""
+    d = job.d
+    d.title = f"Job {d.job} failed at start"
+    d.place_gpu = False
+    # CUDA initialises right after the process group's init line, whose time the traceback follows
+    d.fault = d.start + timedelta(milliseconds=d.rng.randint(200, 900))
+    dead = {r for r in range(d.nranks) if d.host_of(r) == d.culprit}
+    for rank in sorted(dead):
+        job.log(rank, *_traceback(rank, f'  File "{SITE}/torch/cuda/__init__.py", line 314, in _lazy_init',
+                                  "    torch._C._cuda_init()",
+                                  "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and "
+                                  "installed a driver from http://www.nvidia.com/Download/index.aspx"))
+    d.add(f"slurm/job-{d.job}.err",
+          "pyxis: importing docker image: nvcr.io#nvidia/pytorch:24.05-py3")
+    job.stop(d.fault, dead=dead)
+
+
+@fault("numeric_instability", "inference")
+def numeric_instability_inference(svc: Service) -> None:
+    """The FP16 model overflows on a new kind of long prompt: its logits turn NaN, the sampler raises and each replica's engine dies in turn."""
+    d = svc.d
+    d.title = f"{svc.model}: 5xx errors on every replica"
+    d.place_host = False
+    start = svc.t0 - timedelta(hours=20)
+    downs: list[tuple[datetime, datetime]] = []
+    for p, (pod, node) in enumerate(zip(svc.pods, svc.nodes)):
+        when = d.fault + timedelta(seconds=p * d.rng.randint(25, 70))
+        downs.append((when, when + timedelta(seconds=90)))
+        d.add(f"{node}/logs/{pod}.log",
+              f"INFO {start:%m-%d %H:%M:%S} api_server.py:585] vLLM API server version 0.6.3",
+              f"INFO {start:%m-%d %H:%M:%S} config.py:1652] Downcasting torch.float32 to torch.float16.",
+              f"ERROR {when:%m-%d %H:%M:%S} async_llm_engine.py:64] Engine background task failed",
+              f"ERROR {when:%m-%d %H:%M:%S} async_llm_engine.py:64] RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
+              f"ERROR {when:%m-%d %H:%M:%S} client.py:269] AsyncEngineDeadError: Background loop has errored already.")
+        svc.event(when + timedelta(seconds=35), "BackOff", f"Back-off restarting failed container vllm in pod {pod}_serving",
+                  obj=pod, node=node, count=1)
+    d.first_sign = d.fault
+    restarted: set[int] = set()
+
+    def effect(p: int, t: datetime, s: dict[str, float]) -> None:
+        down, back = downs[p]
+        if down <= t < back:
+            s["up"] = 0.0
+        elif t >= back and p not in restarted:
+            restarted.add(p)
+            s["restart"] = 1.0
+        elif t >= d.fault:
+            s["fail"] = 0.04
+    svc.effects.append(effect)

@@ -115,6 +115,7 @@ def host_oom_kill_inference(svc: Service) -> None:
     d.title = f"{svc.model}: 5xx errors, a replica restarted"
     pid = d.rng.randint(2000, 9000)
     uid = f"{d.rng.randint(0, 0xffffffff):08x}_{d.rng.randint(0, 0xffff):04x}"
+    d.first_sign = d.fault - timedelta(milliseconds=40)
     svc.kernel(d.culprit, d.fault - timedelta(milliseconds=40),
                "python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=-997",
                f"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=cri-containerd-{uid}.scope,mems_allowed=0-1,oom_memcg=/kubepods.slice/kubepods-pod{uid}.slice,task_memcg=/kubepods.slice/kubepods-pod{uid}.slice/cri-containerd-{uid}.scope,task=python3,pid={pid},uid=0",
@@ -140,7 +141,9 @@ def shm_exhausted_training(job: Job) -> None:
     d = job.d
     d.title = f"Job {d.job} failed at start: NCCL could not set up shared memory"
     d.place_host = False
-    d.fault = d.start + timedelta(seconds=5, milliseconds=d.rng.randint(0, 900))
+    # NCCL sets up its transports right after the process group's init line: its WARN lines carry no
+    # time of their own (NCCL before 2.26), so that line's is when the failure shows
+    d.fault = d.start + timedelta(milliseconds=d.rng.randint(200, 900))
     for rank in range(d.nranks):
         host, pid, dev = d.host_of(rank), d.pid(rank), rank % d.gpus_per_host
         job.log(rank, f"{host}:{pid}:{pid + 97} [{dev}] misc/shmutils.cc:132 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-{d.rng.randint(0, 0xffffff):06X} (size {d.rng.randint(9, 40) * 1048576}), error: No space left on device (28)",
@@ -148,3 +151,45 @@ def shm_exhausted_training(job: Job) -> None:
                 f"[rank{rank}]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
                 f"[rank{rank}]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.")
     job.finish(d.fault + timedelta(seconds=4))
+
+
+@fault("node_drained", "inference")
+def node_drained_inference(svc: Service) -> None:
+    """An admin drains a GPU node for maintenance: its replica is evicted and cannot be placed again, the survivors take its load."""
+    d = svc.d
+    d.title = f"{svc.model}: latency up, a replica gone"
+    d.place_gpu = False
+    node, pod = d.culprit, svc.pods[svc.victim]
+    svc.event(d.fault - timedelta(seconds=2), "NodeNotSchedulable", f"Node {node} status is now: NodeNotSchedulable",
+              kind="Node", obj=node, node=node, typ="Normal")
+    d.first_sign = d.fault - timedelta(seconds=2)
+    d.first_sign = d.first_sign.replace(microsecond=0)
+    svc.event(d.fault, "Killing", "Stopping container vllm", obj=pod, node=node, typ="Normal")
+    busy = len(svc.pods) - 1
+    svc.event(d.fault + timedelta(seconds=3), "FailedScheduling",
+              f"0/{len(svc.pods)} nodes are available: 1 node(s) were unschedulable, {busy} Insufficient nvidia.com/gpu. preemption: 0/{len(svc.pods)} nodes are available: 1 Preemption is not helpful for scheduling, {busy} No preemption victims found for incoming pod.",
+              obj=f"{pod[:-5]}{d.rng.choice('bcdfghjk')}x2m9", component="default-scheduler", count=12)
+    d.add("k8s/nodes.txt", "NAME      STATUS                     ROLES    AGE    VERSION",
+          *(f"{n:<9} {'Ready,SchedulingDisabled' if n == node else 'Ready':<26} <none>   {41 + i}d   v1.29.4" for i, n in enumerate(d.hosts)))
+    svc.replica_gone()
+
+
+@fault("shm_exhausted", "inference")
+def shm_exhausted_inference(svc: Service) -> None:
+    """A replica restarted from a pod spec without the /dev/shm volume: its tensor-parallel workers cannot create NCCL's shared-memory segments."""
+    d = svc.d
+    d.title = f"{svc.model}: a replica in CrashLoopBackOff"
+    d.place_host = False
+    pod, node = svc.pods[svc.victim], d.culprit
+    pid = d.rng.randint(200, 900)
+    svc.event(d.fault - timedelta(seconds=8), "Killing", "Stopping container vllm", obj=pod,
+              node=node, typ="Normal")
+    d.add(f"{node}/logs/{pod}.log",
+          f"INFO {d.fault:%m-%d %H:%M:%S} api_server.py:585] vLLM API server version 0.6.3",
+          f"{pod}:{pid}:{pid + 97} [1] misc/shmutils.cc:132 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-{d.rng.randint(0, 0xffffff):06X} (size {d.rng.randint(9, 40) * 1048576}), error: No space left on device (28)",
+          f"{pod}:{pid}:{pid + 97} [1] NCCL INFO transport/shm.cc:114 -> 2",
+          f"ERROR {d.fault:%m-%d %H:%M:%S} worker_base.py:464] RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5")
+    d.first_sign = d.fault.replace(microsecond=0)
+    svc.event(d.fault + timedelta(seconds=30), "BackOff", f"Back-off restarting failed container vllm in pod {pod}_serving",
+              obj=pod, node=node, count=4)
+    svc.replica_gone()

@@ -14,16 +14,16 @@ from workbench.prevention.drill.registry import faults
 from workbench.store.bundle import Bundle
 
 SEEDS = (1, 2, 3)
-DRILL_FLOOR = 117
-"""Drills whose first hypothesis is their own cause (of 39 cause/workload pairs x 3 seeds); a ratchet:
+DRILL_FLOOR = 183
+"""Drills whose first hypothesis is their own cause (of 61 cause/workload pairs x 3 seeds); a ratchet:
 raise it, never lower it."""
-PLACE_FLOOR = 117
+PLACE_FLOOR = 182
 """Of those, drills whose first hypothesis also names the truth's host (or any, for a job/fleet-wide cause)."""
-CAUSE_FLOOR = 33
+CAUSE_FLOOR = 34
 """Causes of the catalog all of whose drills analyse back to them."""
-GPU_FLOOR = 42
+GPU_FLOOR = 63
 """Of the drills whose truth names a GPU, those whose first hypothesis names the same PCI bus id."""
-LAYER_FLOOR = 117
+LAYER_FLOOR = 179
 """Drills whose analysis calls the truth's layer a fault (the layer verdict the scorecard expects)."""
 OTHER_FAULT_CEILING = 0
 """Drills whose analysis also calls another layer a fault (what the scorecard judges wrong); a ratchet
