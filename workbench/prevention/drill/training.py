@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from workbench.prevention.drill import lines as fmt
+from workbench.prevention.drill import stamps
 from workbench.prevention.drill.incident import Drill
 from workbench.prevention.drill.nvsmi import Gpu, page
 
@@ -194,7 +195,10 @@ def _rank_logs(job: Job) -> None:
         else:
             d.add(f"{host}/rank{rank}.log", *lines)
     if labelled:
-        d.add(f"slurm/slurm-{d.job}.out", *fmt.srun_labelled(per_task))
+        # in time order, as srun relays the tasks' output: a traceback's untimed lines land after the
+        # stamped line before them, not beside another task's line printed ten minutes later
+        d.add(f"slurm/slurm-{d.job}.out",
+              *stamps.merge([(f"{task}: ", lines) for task, lines in sorted(per_task.items())], d.start.year, d.start))
 
 
 def nccl_lines(d: Drill, rank: int, host: str, dev: int, comm: str) -> list[str]:
