@@ -126,20 +126,10 @@ def network_misconfigured_inference(svc: Service) -> None:
     d = svc.d
     d.title = f"{svc.model}: a replica in CrashLoopBackOff"
     d.place_host = False
-    pod, node = svc.pods[svc.victim], d.culprit
-    pid = d.rng.randint(200, 900)
-    svc.event(d.fault - timedelta(seconds=8), "Killing", "Stopping container vllm", obj=pod,
-              node=node, typ="Normal")
-    d.add(f"{node}/logs/{pod}.log",
-          f"INFO {d.fault:%m-%d %H:%M:%S} api_server.py:585] vLLM API server version 0.6.3",
-          f"{pod}:{pid}:{pid} [0] NCCL INFO NET/Socket : Using [0]bond0:10.0.2.{21 + svc.victim}<0> [1]docker0:172.17.0.1<0>",
-          f"{pod}:{pid}:{pid + 61} [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 172.17.0.1<{d.rng.randint(30000, 60000)}> failed : Software caused connection abort",
-          f"{pod}:{pid}:{pid + 61} [0] NCCL INFO misc/socket.cc:565 -> 2",
-          f"ERROR {d.fault:%m-%d %H:%M:%S} worker_base.py:464] RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5")
-    d.first_sign = d.fault.replace(microsecond=0)
-    svc.event(d.fault + timedelta(seconds=30), "BackOff", f"Back-off restarting failed container vllm in pod {pod}_serving",
-              obj=pod, node=node, count=4)
-    svc.replica_gone()
+    svc.engine_fails_at_start(lambda pod, pid: [
+        f"{pod}:{pid}:{pid} [0] NCCL INFO NET/Socket : Using [0]bond0:10.0.2.{21 + svc.victim}<0> [1]docker0:172.17.0.1<0>",
+        f"{pod}:{pid}:{pid + 61} [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 172.17.0.1<{d.rng.randint(30000, 60000)}> failed : Software caused connection abort",
+        f"{pod}:{pid}:{pid + 61} [0] NCCL INFO misc/socket.cc:565 -> 2"])
 
 
 @fault("storage_stall", "inference")

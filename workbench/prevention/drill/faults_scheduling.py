@@ -180,16 +180,6 @@ def shm_exhausted_inference(svc: Service) -> None:
     d = svc.d
     d.title = f"{svc.model}: a replica in CrashLoopBackOff"
     d.place_host = False
-    pod, node = svc.pods[svc.victim], d.culprit
-    pid = d.rng.randint(200, 900)
-    svc.event(d.fault - timedelta(seconds=8), "Killing", "Stopping container vllm", obj=pod,
-              node=node, typ="Normal")
-    d.add(f"{node}/logs/{pod}.log",
-          f"INFO {d.fault:%m-%d %H:%M:%S} api_server.py:585] vLLM API server version 0.6.3",
-          f"{pod}:{pid}:{pid + 97} [1] misc/shmutils.cc:132 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-{d.rng.randint(0, 0xffffff):06X} (size {d.rng.randint(9, 40) * 1048576}), error: No space left on device (28)",
-          f"{pod}:{pid}:{pid + 97} [1] NCCL INFO transport/shm.cc:114 -> 2",
-          f"ERROR {d.fault:%m-%d %H:%M:%S} worker_base.py:464] RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5")
-    d.first_sign = d.fault.replace(microsecond=0)
-    svc.event(d.fault + timedelta(seconds=30), "BackOff", f"Back-off restarting failed container vllm in pod {pod}_serving",
-              obj=pod, node=node, count=4)
-    svc.replica_gone()
+    svc.engine_fails_at_start(lambda pod, pid: [
+        f"{pod}:{pid}:{pid + 97} [1] misc/shmutils.cc:132 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-{d.rng.randint(0, 0xffffff):06X} (size {d.rng.randint(9, 40) * 1048576}), error: No space left on device (28)",
+        f"{pod}:{pid}:{pid + 97} [1] NCCL INFO transport/shm.cc:114 -> 2"])

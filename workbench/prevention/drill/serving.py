@@ -131,6 +131,24 @@ class Service:
                 s["fail"] = fail
         self.effects.append(effect)
 
+    def engine_fails_at_start(self, nccl: Callable[[str, int], list[str]]) -> None:
+        """The victim's container restarts (the kubelet stops it 8 s before the fault) and its engine dies
+        while NCCL sets up, on the lines ``nccl(pod, pid)`` writes: CrashLoopBackOff, the replica gone."""
+        d = self.d
+        pod, node = self.pods[self.victim], d.culprit
+        pid = d.rng.randint(200, 900)
+        self.event(d.fault - timedelta(seconds=8), "Killing", "Stopping container vllm", obj=pod, node=node,
+                   typ="Normal")
+        d.add(f"{node}/logs/{pod}.log",
+              f"INFO {d.fault:%m-%d %H:%M:%S} api_server.py:585] vLLM API server version 0.6.3",
+              *nccl(pod, pid),
+              f"ERROR {d.fault:%m-%d %H:%M:%S} worker_base.py:464] RuntimeError: NCCL error: unhandled system error "
+              "(run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5")
+        d.first_sign = d.fault.replace(microsecond=0)
+        self.event(d.fault + timedelta(seconds=30), "BackOff", f"Back-off restarting failed container vllm in pod {pod}_serving",
+                   obj=pod, node=node, count=4)
+        self.replica_gone()
+
     def ramp(self, t: datetime, delay_s: float = 0.0, over_s: float = 60.0) -> float:
         """0 before the fault (plus ``delay_s``), rising to 1 over ``over_s`` seconds."""
         return max(0.0, min(1.0, ((t - self.d.fault).total_seconds() - delay_s) / over_s))
