@@ -39,7 +39,7 @@ from workbench.analysis.hypotheses import (
     Place,
     describe,
 )
-from workbench.analysis.incident_focus import IncidentFocus
+from workbench.analysis.incident_focus import IncidentFocus, artifact_jobs
 from workbench.analysis.playbook import (
     CheckResult,
     Playbook,
@@ -76,9 +76,10 @@ def analyze(bundle: Bundle, workload: str | None = None) -> dict[str, Any]:
     results = [evaluate_check(con, check, presence) for check in playbook.checks()]
     _mark_origins(con, results)
     symptom_rows, _ = run_rows(con, playbook.symptoms_sql, {}, group_by=("kind", "host", "gpu", "rank"))
-    symptom_rows = IncidentFocus.of(symptom_rows, playbook.params["horizon_s"]).own(symptom_rows)
+    focus = IncidentFocus.of(symptom_rows, playbook.params["horizon_s"], artifact_jobs(con))
+    symptom_rows = focus.own(symptom_rows)
     engine = Engine(Place.of(con), offsets, causes, playbook.params["horizon_s"], playbook.params["tolerance_s"])
-    cause_rows = [r for res in results if res.check.role == "cause" for r in res.rows]
+    cause_rows = focus.weigh([r for res in results if res.check.role == "cause" for r in res.rows])
     locators = [r for res in results if res.check.role == "locator" for r in res.rows]
     ranked, groups = engine.rank(cause_rows, symptom_rows, locators)
     listed, folded = _per_cause([c for c in ranked if c.score >= MIN_LISTED])

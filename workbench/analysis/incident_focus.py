@@ -16,9 +16,19 @@ root); evidence long before the incident's own symptoms is weighed down by the e
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+import duckdb
+
+JOB_OUTPUT = re.compile(r"slurm-(\d+(?:_\d+)?)\.(?:out|err)$")
+"""Slurm's default output file name, ``slurm-JOBID.out`` (``slurm-JOBID_TASK.out`` for an array task):
+every line in it is that job's, though the lines themselves never say so."""
+OTHER_JOB_FACTOR = 0.5
+"""What a cause row from another job's records keeps of its strength: it may still be the same
+fault (a bad GPU fails every job put on it), but it was seen in a failure that is not the incident."""
 
 
 @dataclass
@@ -31,20 +41,24 @@ class IncidentFocus:
     """Job ids whose failure ended more than a horizon before the incident's: history, not the incident."""
     start: datetime | None = None
     """The incident's first failure symptom with a job id."""
+    artifact_jobs: dict[str, str] = field(default_factory=dict)
+    """Artifact (sha256) -> the job whose output file it is."""
 
     @classmethod
-    def of(cls, symptom_rows: list[dict[str, Any]], horizon_s: float) -> IncidentFocus:
+    def of(cls, symptom_rows: list[dict[str, Any]], horizon_s: float,
+           artifact_jobs: dict[str, str] | None = None) -> IncidentFocus:
         """The latest failing job is the incident; a job whose symptoms last showed within the horizon
         before the incident's first is part of it (one fault that failed two jobs); older ones are not."""
+        artifact_jobs = artifact_jobs or {}
         spans: dict[str, list[datetime]] = {}
         for row in symptom_rows:
-            job = job_of(row)
+            job = job_of(row, artifact_jobs)
             if job is not None and row.get("ts") is not None:
                 span = spans.setdefault(job, [row["ts"], row["ts"]])
                 span[0] = min(span[0], row["ts"])
                 span[1] = max(span[1], row["ts"])
         if len(spans) < 2:
-            return cls(jobs=frozenset(spans))
+            return cls(jobs=frozenset(spans), artifact_jobs=artifact_jobs)
         order = sorted(spans, key=lambda j: spans[j][1], reverse=True)
         jobs = {order[0]}
         start = spans[order[0]][0]
@@ -54,17 +68,38 @@ class IncidentFocus:
                 start = min(start, spans[job][0])
             else:
                 break  # sorted by end: every later one ended even earlier
-        return cls(jobs=frozenset(jobs), others=frozenset(spans) - jobs, start=start)
+        return cls(jobs=frozenset(jobs), others=frozenset(spans) - jobs, start=start,
+                   artifact_jobs=artifact_jobs)
 
     def own(self, symptom_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The symptoms the incident's cause has to explain: all but other jobs' failures."""
         if not self.others:
             return symptom_rows
-        return [row for row in symptom_rows if job_of(row) not in self.others]
+        return [row for row in symptom_rows if job_of(row, self.artifact_jobs) not in self.others]
+
+    def weigh(self, cause_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Cause rows from another job's records keep OTHER_JOB_FACTOR of their strength; changes
+        keep all of it (a change is nobody's job and may lie dormant until the incident)."""
+        if self.others:
+            for row in cause_rows:
+                if row.get("kind") != "change" and job_of(row, self.artifact_jobs) in self.others:
+                    row["strength"] *= OTHER_JOB_FACTOR
+        return cause_rows
 
 
-def job_of(row: dict[str, Any]) -> str | None:
-    """A row's job id: its ``job`` column, else a ``job`` key in its attrs (when the query kept them)."""
+def artifact_jobs(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """Which artifacts are one job's output (``slurm-JOBID.out``), by their file name."""
+    out: dict[str, str] = {}
+    for sha, path in con.execute("SELECT sha256, source FROM artifact WHERE source IS NOT NULL").fetchall():
+        m = JOB_OUTPUT.search(path)
+        if m:
+            out[sha] = m.group(1)
+    return out
+
+
+def job_of(row: dict[str, Any], artifact_jobs: dict[str, str] | None = None) -> str | None:
+    """A row's job id: its ``job`` column, else a ``job`` key in its attrs (when the query kept them),
+    else the job whose output file the row was read from."""
     job = row.get("job")
     if job is None:
         attrs = row.get("attrs")
@@ -75,4 +110,6 @@ def job_of(row: dict[str, Any]) -> str | None:
                 attrs = None
         if isinstance(attrs, dict):
             job = attrs.get("job")
+    if job in (None, "") and artifact_jobs:
+        job = artifact_jobs.get(row.get("artifact") or "")
     return str(job) if job not in (None, "") else None

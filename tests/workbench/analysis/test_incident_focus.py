@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from tests.workbench.analysis.test_hypotheses_drill_gaps import analyse_files
-from workbench.analysis.incident_focus import IncidentFocus
+from workbench.analysis.incident_focus import JOB_OUTPUT, IncidentFocus
 
 SACCT_HEADER = "JobID|JobName|Partition|Account|AllocCPUS|State|ExitCode|Start|End|NodeList\n"
 OLD_JOB = "4242|ablation-3|gpu|nlp|32|FAILED|1:0|2026-09-07T07:31:34|2026-09-07T07:59:34|node01\n"
@@ -61,6 +61,28 @@ def test_jobs_failing_together_are_one_incident() -> None:
     assert focus.jobs == {"2", "3"} and focus.others == {"1"}
     kept = focus.own(rows)
     assert [r.get("job") for r in kept] == ["2", "3", None]
+
+
+def test_another_jobs_output_file_is_that_jobs_evidence() -> None:
+    """Lines of ``slurm-4242.out`` never name their job, yet they are 4242's: its NCCL timeout is no
+    symptom of the incident, and a cause row read from it keeps only part of its strength (a change
+    keeps all of it)."""
+    files = {"a1": "4242", "a2": "4259"}
+    symptoms = [{"job": "4242", "ts": datetime(2026, 9, 7, 7, 59)}, {"job": "4259", "ts": datetime(2026, 9, 7, 12, 22)},
+                {"job": None, "artifact": "a1", "ts": datetime(2026, 9, 7, 7, 58)},
+                {"job": None, "artifact": "a2", "ts": datetime(2026, 9, 7, 12, 21)}]
+    focus = IncidentFocus.of(symptoms, 3600.0, files)
+    assert [r["ts"].hour for r in focus.own(symptoms)] == [12, 12]
+    rows = focus.weigh([{"kind": "cuda_error", "artifact": "a1", "strength": 0.6},
+                        {"kind": "change", "artifact": "a1", "strength": 0.6},
+                        {"kind": "cuda_error", "artifact": "a2", "strength": 0.6}])
+    assert [r["strength"] for r in rows] == [0.3, 0.6, 0.6]
+
+
+def test_slurm_output_names_are_read_as_their_job() -> None:
+    assert JOB_OUTPUT.search("/raw/slurm/slurm-97042.out").group(1) == "97042"
+    assert JOB_OUTPUT.search("slurm-123_4.out").group(1) == "123_4"
+    assert JOB_OUTPUT.search("/raw/node01/rank0.log") is None
 
 
 DF_FULL_TMP = ("Filesystem      Size  Used Avail Use% Mounted on\n"
