@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import duckdb
@@ -26,6 +26,9 @@ import duckdb
 JOB_OUTPUT = re.compile(r"slurm-(\d+(?:_\d+)?)\.(?:out|err)$")
 """Slurm's default output file name, ``slurm-JOBID.out`` (``slurm-JOBID_TASK.out`` for an array task):
 every line in it is that job's, though the lines themselves never say so."""
+START_MARGIN_S = 600.0
+"""How far before the incident job's first record (its submission, on the scheduler's clock) a symptom
+that names no job may lie and still be the incident's: clocks disagree by minutes, not hours."""
 OTHER_JOB_FACTOR = 0.5
 """What a cause row from another job's records keeps of its strength: it may still be the same
 fault (a bad GPU fails every job put on it), but it was seen in a failure that is not the incident."""
@@ -43,6 +46,11 @@ class IncidentFocus:
     """The incident's first failure symptom with a job id."""
     artifact_jobs: dict[str, str] = field(default_factory=dict)
     """Artifact (sha256) -> the job whose output file it is."""
+    began: datetime | None = None
+    """The incident job's first record (submitted, started): a symptom naming no job before it
+    (less START_MARGIN_S) belongs to an earlier job's run."""
+    hosts: frozenset[str] = field(default_factory=frozenset)
+    """The nodes the incident job ran on (its records' node lists)."""
 
     @classmethod
     def of(cls, symptom_rows: list[dict[str, Any]], horizon_s: float,
@@ -72,10 +80,44 @@ class IncidentFocus:
                    artifact_jobs=artifact_jobs)
 
     def own(self, symptom_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The symptoms the incident's cause has to explain: all but other jobs' failures."""
+        """The symptoms the incident's cause has to explain: all but other jobs' failures, and, where
+        other jobs failed too, the job-less ones from before the incident job existed."""
         if not self.others:
             return symptom_rows
-        return [row for row in symptom_rows if job_of(row, self.artifact_jobs) not in self.others]
+        floor = self.began - timedelta(seconds=START_MARGIN_S) if self.began is not None else None
+        kept = []
+        for row in symptom_rows:
+            job = job_of(row, self.artifact_jobs)
+            if job in self.others:
+                continue
+            if job is None and floor is not None and row.get("ts") is not None and row["ts"] < floor:
+                continue
+            kept.append(row)
+        return kept
+
+    def read_records(self, con: duckdb.DuckDBPyConnection) -> IncidentFocus:
+        """When the incident job began and where it ran, from the scheduler's records of it."""
+        if not self.jobs:
+            return self
+        jobs = sorted(self.jobs)
+        marks = ", ".join("?" for _ in jobs)
+        rows = con.execute(f"SELECT min(ts) FROM event WHERE job IN ({marks})", jobs).fetchall()
+        self.began = rows[0][0] if rows else None
+        hosts: set[str] = set()
+        records = con.execute(
+            f"SELECT DISTINCT host, CAST(attrs->'nodes' AS VARCHAR) FROM event WHERE job IN ({marks})", jobs)
+        for host, nodes in records.fetchall():
+            if host:
+                hosts.add(host)
+            if nodes:
+                try:
+                    names = json.loads(nodes)
+                except ValueError:
+                    names = None
+                if isinstance(names, list):
+                    hosts.update(str(n) for n in names)
+        self.hosts = frozenset(hosts)
+        return self
 
     def weigh(self, cause_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Cause rows from another job's records keep OTHER_JOB_FACTOR of their strength; changes

@@ -79,6 +79,37 @@ def test_another_jobs_output_file_is_that_jobs_evidence() -> None:
     assert [r["strength"] for r in rows] == [0.3, 0.6, 0.6]
 
 
+def test_a_symptom_naming_no_job_before_the_incident_job_began_is_not_the_incidents() -> None:
+    """Where other jobs failed too, a job-less timeout hours before the incident job was even
+    submitted belongs to an earlier run; one within START_MARGIN_S of it (clock skew) is kept."""
+    symptoms = [{"job": "1", "ts": datetime(2026, 9, 7, 7, 59)}, {"job": "2", "ts": datetime(2026, 9, 7, 12, 22)},
+                {"job": None, "ts": datetime(2026, 9, 7, 9, 56)}, {"job": None, "ts": datetime(2026, 9, 7, 11, 55)}]
+    focus = IncidentFocus.of(symptoms, 3600.0)
+    focus.began = datetime(2026, 9, 7, 12, 0)
+    assert [r["ts"].hour for r in focus.own(symptoms)] == [12, 11]
+    alone = IncidentFocus.of(symptoms[1:], 3600.0)  # no other job failed: nothing to tell apart
+    alone.began = datetime(2026, 9, 7, 12, 0)
+    assert len(alone.own(symptoms[1:])) == 3
+
+
+def test_the_incident_jobs_nodes_are_where_it_ran(tmp_path: Path) -> None:
+    """sacct's node list of the incident job names its hosts, even with no rank map (no NCCL INFO)."""
+    from workbench.ingest.session import ingest_paths
+    from workbench.store.bundle import Bundle
+
+    raw = tmp_path / "raw" / "slurm"
+    raw.mkdir(parents=True)
+    (raw / "sacct.txt").write_text(SACCT_HEADER + OLD_JOB + INCIDENT_JOB, encoding="utf-8")
+    with Bundle.create(tmp_path / "b.duckdb", title="t") as bundle:
+        ingest_paths(bundle, [str(tmp_path / "raw")])
+    with Bundle.open(tmp_path / "b.duckdb") as bundle:
+        rows = bundle.con.execute("SELECT job, ts FROM event WHERE kind = 'job_state'").fetchall()
+        focus = IncidentFocus.of([{"job": j, "ts": t} for j, t in rows], 3600.0).read_records(bundle.con)
+    assert focus.jobs == {"4259"} and focus.others == {"4242"}
+    assert {"node01", "node02"} <= focus.hosts
+    assert focus.began is not None and focus.began.hour == 12
+
+
 def test_slurm_output_names_are_read_as_their_job() -> None:
     assert JOB_OUTPUT.search("/raw/slurm/slurm-97042.out").group(1) == "97042"
     assert JOB_OUTPUT.search("slurm-123_4.out").group(1) == "123_4"
