@@ -8,8 +8,14 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
+import pytest
+
 from tests.workbench.analysis.test_hypotheses_drill_gaps import analyse_files
+from workbench.analysis.engine import analyze
 from workbench.analysis.incident_focus import JOB_OUTPUT, IncidentFocus
+from workbench.ingest.session import ingest_paths
+from workbench.prevention.drill import write
+from workbench.store.bundle import Bundle
 
 SACCT_HEADER = "JobID|JobName|Partition|Account|AllocCPUS|State|ExitCode|Start|End|NodeList\n"
 OLD_JOB = "4242|ablation-3|gpu|nlp|32|FAILED|1:0|2026-09-07T07:31:34|2026-09-07T07:59:34|node01\n"
@@ -94,9 +100,6 @@ def test_a_symptom_naming_no_job_before_the_incident_job_began_is_not_the_incide
 
 def test_the_incident_jobs_nodes_are_where_it_ran(tmp_path: Path) -> None:
     """sacct's node list of the incident job names its hosts, even with no rank map (no NCCL INFO)."""
-    from workbench.ingest.session import ingest_paths
-    from workbench.store.bundle import Bundle
-
     raw = tmp_path / "raw" / "slurm"
     raw.mkdir(parents=True)
     (raw / "sacct.txt").write_text(SACCT_HEADER + OLD_JOB + INCIDENT_JOB, encoding="utf-8")
@@ -173,3 +176,17 @@ def test_a_corrected_edac_error_on_another_host_is_background(tmp_path: Path) ->
     assert result["hypotheses"][0]["cause"] == "gpu_oom", _causes(result)
     hw = [h for h in result["hypotheses"] if h["cause"] == "host_hardware_error"]
     assert all(h["score"] < 0.1 for h in hw), _causes(result)
+
+
+DISTRACTED = [("fabric_manager_down", "hard"), ("network_misconfigured", "hard"), ("shm_exhausted", "hard"),
+              ("app_gpu_fault", "hardest"), ("gpu_oom", "hardest"), ("row_remap_failure", "hardest")]
+"""Drills another job's old failure, a full /tmp or a corrected EDAC error used to win (seed 1)."""
+
+
+@pytest.mark.parametrize(("cause", "level"), DISTRACTED)
+def test_drills_with_another_jobs_failure_or_background_name_their_own_cause(
+        tmp_path: Path, cause: str, level: str) -> None:
+    written = write(cause, "training", 1, tmp_path / cause, level=level)
+    with Bundle.open(written.bundle) as bundle:
+        result = analyze(bundle)
+    assert result["hypotheses"][0]["cause"] == cause, _causes(result)[:3]
