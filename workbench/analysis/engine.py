@@ -41,6 +41,7 @@ from workbench.analysis.hypotheses import (
     Place,
     describe,
 )
+from workbench.analysis.incident_focus import IncidentFocus, artifact_jobs
 from workbench.analysis.playbook import (
     CheckResult,
     Playbook,
@@ -77,8 +78,12 @@ def analyze(bundle: Bundle, workload: str | None = None) -> dict[str, Any]:
     results = [evaluate_check(con, check, presence) for check in playbook.checks()]
     _mark_origins(con, results)
     symptom_rows, _ = run_rows(con, playbook.symptoms_sql, {}, group_by=("kind", "host", "gpu", "rank"))
-    engine = Engine(Place.of(con), offsets, causes, playbook.params["horizon_s"], playbook.params["tolerance_s"])
-    cause_rows = [r for res in results if res.check.role == "cause" for r in res.rows]
+    focus = IncidentFocus.of(symptom_rows, playbook.params["horizon_s"], artifact_jobs(con)).read_records(con)
+    symptom_rows = focus.own(symptom_rows)
+    place = Place.of(con)
+    place.job_hosts |= focus.hosts  # the scheduler's node list says where the job ran, with no NCCL INFO
+    engine = Engine(place, offsets, causes, playbook.params["horizon_s"], playbook.params["tolerance_s"])
+    cause_rows = focus.weigh([r for res in results if res.check.role == "cause" for r in res.rows])
     locators = [r for res in results if res.check.role == "locator" for r in res.rows]
     ranked, groups = engine.rank(cause_rows, symptom_rows, locators)
     listed, folded = _per_cause([c for c in ranked if c.score >= MIN_LISTED])
