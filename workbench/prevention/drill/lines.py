@@ -151,6 +151,18 @@ def k8s_event(name: str, when: datetime, reason: str, message: str, kind: str, o
             "source": {"component": component, **({"host": node} if node else {})}, "type": typ}
 
 
+def kubelet_event(host: str, pid: int, when: datetime, reason: str, message: str, kind: str, obj: str,
+                  namespace: str, typ: str = "Warning") -> str:
+    """The kubelet's own log of an event it records (client-go's ``"Event occurred"``, as
+    ``journalctl -u kubelet`` prints it; the form of collectors/catalog/harvest/kubernetes.yaml's sample):
+    the node's clock, where the API server's copy is the reference's."""
+    scoped = f"{namespace}/{obj}" if kind == "Pod" else obj
+    klog = f"{'W' if typ == 'Warning' else 'I'}{when:%m%d %H:%M:%S}.{when.microsecond:06d}"
+    return (f'{when:%b %d %H:%M:%S} {host} kubelet[{pid}]: {klog} {pid:>8} event.go:307] "Event occurred" '
+            f'object="{scoped}" fieldPath="" kind="{kind}" apiVersion="v1" type="{typ}" reason="{reason}" '
+            f'message="{message}"')
+
+
 def k8s_list(items: list[dict]) -> str:
     """kubectl's ``-o json`` wrapper, ``{"apiVersion": "v1", "items": […], "kind": "List", …}``, indented by 4
     (https://kubernetes.io/docs/reference/kubectl/generated/kubectl_get/)."""

@@ -62,6 +62,11 @@ class Service:
         uid = f"{0x17f3a2c9e5b8d000 + len(self.events) * 0x1d3 + self.d.job:x}"
         self.events.append(fmt.k8s_event(uid, when, reason, message, kind, obj or self.pods[self.victim], NAMESPACE,
                                          node, typ=typ, count=count, component=component))
+        if component == "kubelet" and node in self.d.hosts:
+            # the node's kubelet logs what it reports, on the node's own clock
+            self.d.add(f"{node}/kubelet.log", fmt.kubelet_event(node, 1800 + self.d.hosts.index(node) * 11, when,
+                                                                reason, message, kind,
+                                                                obj or self.pods[self.victim], NAMESPACE, typ))
 
     def absorb(self, s: dict[str, float]) -> None:
         """A survivor's share of a lost replica's traffic: it serves what its full batches allow (at

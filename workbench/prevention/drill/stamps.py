@@ -119,16 +119,25 @@ def stamp(line: str, year: int) -> datetime | None:
 
 
 def shift(line: str, by: timedelta, year: int) -> str:
-    """The line with its first stamp moved by ``by``, in the same shape; unchanged without one."""
-    found = find(line)
-    if found is None:
-        return line
-    shape, m = found
-    try:
-        when = shape.read(m, year) + by
-    except ValueError:
-        return line
-    return line[:m.start()] + shape.write(m, when) + line[m.end():]
+    """The line with its leading stamps moved by ``by``, each in its shape; unchanged without one. A
+    journal line carries two (``Mar 02 10:15:42 node kubelet[2211]: I0302 10:15:42.118421 …``): both
+    are the host's clock."""
+    head, head_is_journal = "", False
+    for _ in range(2):
+        found = find(line)
+        if found is None:
+            break
+        shape, m = found
+        if head and (not head_is_journal or shape.name != "glog" or m.start() > 40):
+            break  # past a journal header only the klog header is the host's stamp; later ones are text
+        head_is_journal = shape.name == "syslog"
+        try:
+            when = shape.read(m, year) + by
+        except ValueError:
+            break
+        head += line[:m.start()] + shape.write(m, when)
+        line = line[m.end():]
+    return head + line
 
 
 def timeline(lines: list[str], year: int, start: datetime) -> list[datetime]:
