@@ -54,7 +54,9 @@ _INITIALIZED_HOST = lazy_regex(r"initialized host (?P<host>[\w.\-]+) as rank (?P
 (https://github.com/facebookresearch/metaseq/pull/291)."""
 RENDEZVOUS = "Rendezvous complete for workers"
 TRACE_NAME = lazy_regex(r"(?:^|/)nccl_trace_rank_(?P<rank>\d{1,6})(?:\.\w{1,8})?$")
-_TABLE_ROW = lazy_regex(r"^\s*(?P<key>[a-z_]+)=(?P<value>.*?)\s*$")
+_TABLE_ROW = lazy_regex(r"^(?:\d{1,5}: )?\s*(?P<key>[a-z_]+)=(?P<value>.*?)\s*$")
+"""One ``key=value`` row of the table; under ``srun -l`` its label stays on (``1:   group_rank=1``: the
+prefix reader leaves a label followed by spaces, the table's indentation, on the line)."""
 _INTS = lazy_regex(r"\d+")
 
 
@@ -70,6 +72,8 @@ class Rendezvous(Continuation):
     def __init__(self, places: LauncherPlaces) -> None:
         self.places = places
         self.fields: dict[str, str] = {}
+        self.task = places.last_task
+        """The ``srun -l`` task the agent printed the block under: the node the table's ranks ran on."""
 
     def feed(self, text: str, lineno: int) -> bool:
         m = _TABLE_ROW.match(text)
@@ -79,7 +83,7 @@ class Rendezvous(Continuation):
         return True
 
     def finish(self) -> list[Finding]:
-        self.places.rendezvous(self.fields)
+        self.places.rendezvous(self.fields, self.task)
         return []
 
 
@@ -112,6 +116,9 @@ class LauncherPlaces:
         self.tables: list[dict[str, str]] = []
         self.failures: list[Topology] = []
         self.local_failures: list[tuple[str, int, int]] = []
+        self.last_task: int | None = None
+        self.task_locals: dict[tuple[int, int], set[int]] = {}
+        """(node task, local rank) -> the global ranks its lines named (``0: [default3]:[rank3]:``)."""
 
     def prefix(self, rank: int | None, task: int | None, local_rank: int | None = None,
                from_launcher: bool = False) -> None:
@@ -120,8 +127,15 @@ class LauncherPlaces:
         rank: it places nobody. ``from_launcher``: the rank is the task number itself."""
         if rank is not None and len(self.file_ranks) + len(self.task_ranks) < MAX_RANKS:
             (self.task_ranks if from_launcher else self.file_ranks).add(rank)
+        self.last_task = task
         if task is not None and local_rank is None and len(self.tasks) < MAX_RANKS:
             self.tasks.add(task)
+        if task is not None and local_rank is not None:
+            self.node_task(task)  # torchrun's [defaultK]: under the task: srun started a node's agent
+            if rank is not None and not from_launcher and len(self.task_locals) < MAX_RANKS:
+                ranks = self.task_locals.setdefault((task, local_rank), set())
+                if len(ranks) < 2:
+                    ranks.add(rank)
 
     def node_task(self, task: int) -> None:
         """``task`` numbers a node's launcher (collectors/nccl/tasks.py): it is nobody's rank."""
@@ -167,8 +181,13 @@ class LauncherPlaces:
         text = (dump.get("SLURM_PROCID") or dump.get("RANK") or "") if dump and None not in self.conflicts else ""
         return int(text) if text.isdigit() else None
 
-    def rendezvous(self, fields: dict[str, str]) -> None:
+    def rendezvous(self, fields: dict[str, str], task: int | None = None) -> None:
+        """An agent's rendezvous table; printed under an ``srun -l`` task, that task numbers the node its
+        ranks ran on (one agent a node)."""
         if "global_ranks" in fields and len(self.tables) < 1024:
+            if task is not None:
+                fields = {**fields, "_task": str(task)}
+                self.node_task(task)
             self.tables.append(fields)
 
     def failure(self, finding: Finding, host: str | None) -> None:
@@ -203,21 +222,32 @@ class LauncherPlaces:
                            extra={"placed_by": "nccl_header"})
         for task in sorted(self.tasks - hosted - self.node_tasks):
             yield Topology(rank=task, job=self.job, extra={"placed_by": "srun_label"})
+        tabled: set[tuple[int, int]] = set()
         for fields in self.tables:
-            yield from self._table_rows(fields)
+            yield from self._table_rows(fields, tabled)
+        for (task, local), ranks in sorted(self.task_locals.items()):
+            if len(ranks) == 1 and (task, local) not in tabled and not self.host:
+                yield Topology(rank=next(iter(ranks)), job=self.job,
+                               extra={**_extra("srun_node_task", local), "task": task})
         yield from self._local_failure_rows()
         for rank_key, dump in self.env.items():
             if rank_key not in self.conflicts and (row := self._env_row(rank_key, dump)) is not None:
                 yield row
         yield from self.failures
 
-    def _table_rows(self, fields: dict[str, str]) -> Iterator[Topology]:
+    def _table_rows(self, fields: dict[str, str], tabled: set[tuple[int, int]]) -> Iterator[Topology]:
+        """The table's ranks on this log's host; in a host-less ``srun -l`` output, on the node its task
+        numbers (``srun_node_task``: rank_places takes the node from the job's node list)."""
         globals_, locals_ = _ints(fields.get("global_ranks", "")), _ints(fields.get("local_ranks", ""))
         sizes = _ints(fields.get("global_world_sizes", ""))
-        if not self.host or len(globals_) != len(locals_):
+        task = int(fields["_task"]) if fields.get("_task", "").isdigit() else None
+        if (not self.host and task is None) or len(globals_) != len(locals_):
             return
         for rank, local in zip(globals_, locals_):
-            extra = _extra("torchelastic", local)
+            extra = _extra("torchelastic" if self.host else "srun_node_task", local)
+            if not self.host:
+                extra["task"] = task
+                tabled.add((task or 0, local))
             if fields.get("group_rank", "").isdigit():
                 extra["group_rank"] = int(fields["group_rank"])
             yield Topology(rank=rank, host=self.host, nranks=max(sizes) if sizes else None, job=self.job,

@@ -59,7 +59,7 @@ class FindingEvents(ReaderState):
             gpu = home[2]
         where = finding.host or host or pre.host or (home[1] if home else None)
         for key, value in (("pid", pid), ("tid", tid), ("cuda_dev", dev), ("local_rank", pre.local_rank),
-                           ("mpi_rank", pre.mpi_rank)):
+                           ("mpi_rank", pre.mpi_rank), ("launcher_task", None if pre.from_launcher else pre.task)):
             if value is not None:
                 attrs.setdefault(key, value)
         if pre.src and "file" not in attrs:

@@ -64,3 +64,30 @@ def test_one_srun_task_per_node_places_no_rank_by_its_task_number() -> None:
     assert ranks[1] is None and ranks[3] is None
     hosts = [e.host for e in rows if isinstance(e, Event) and e.kind == "nccl_net_error"]
     assert hosts == ["node07", "node07", "node08", "node08"]
+
+
+AGENT = """1: I0526 10:00:05.000000 4111 torch/distributed/elastic/agent/server/api.py:525] [default] Rendezvous complete for workers. Result:
+1:   restart_count=0
+1:   master_addr=node07
+1:   group_rank=1
+1:   group_world_size=2
+1:   local_ranks=[0, 1]
+1:   role_ranks=[2, 3]
+1:   global_ranks=[2, 3]
+1:   global_world_sizes=[4, 4]
+"""
+TRACEBACK = "0: [default1]:[rank1]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+BARE = "1: [default0]:RuntimeError: CUDA error: an illegal memory access was encountered\n"
+
+
+def test_a_per_node_task_places_the_ranks_its_agent_and_lines_name_on_that_task() -> None:
+    """``srun -l`` over one torchrun a node: the agent's rendezvous table under task 1 puts ranks 2 and 3
+    on the job's second node (no host in the file: rank_places takes it from the node list), and a
+    ``0: [default1]:[rank1]:`` line puts rank 1 on the first, as local rank 1. No task becomes a rank."""
+    rows = _rows(AGENT + TRACEBACK + BARE)
+    placed = sorted((t.rank, t.host, t.extra.get("task"), t.extra.get("local_rank"), t.extra["placed_by"])
+                    for t in rows if isinstance(t, Topology))
+    assert placed == [(1, None, 0, 1, "srun_node_task"), (2, None, 1, 0, "srun_node_task"),
+                      (3, None, 1, 1, "srun_node_task")]
+    bare = next(e for e in rows if isinstance(e, Event) and "illegal memory" in e.message)
+    assert (bare.rank, bare.attrs.get("launcher_task"), bare.attrs.get("local_rank")) == (None, 1, 0)

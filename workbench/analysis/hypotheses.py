@@ -68,6 +68,13 @@ class Place:
     known_gpus: dict[str, set[str]] = field(default_factory=dict)
     peers: PeerResolver | None = None
     """Which host an address, GID or ``host:port`` in a line belongs to (workbench/analysis/localisation.py)."""
+    pod_nodes: dict[str, str] = field(default_factory=dict)
+    """A pod (or serving instance) seen by name, e.g. in metrics, -> the one node it ran on, as Kubernetes
+    events (the kubelet's ``source.host``, the scheduler's assignment) or its log kept under a host's
+    folder say: a pod's evidence is its node's, not a place of its own."""
+    task_lines: dict[tuple[str, int], tuple[str, str | None]] = field(default_factory=dict)
+    """(artifact, line) -> host and GPU of a line printed under a per-node launcher's ``srun -l`` task
+    that names no rank (a traceback, a CUDA error): the task's node, the local rank's GPU on it."""
 
     @classmethod
     def of(cls, con: duckdb.DuckDBPyConnection) -> Place:
@@ -76,7 +83,8 @@ class Place:
             place.job_hosts.add(host)
             if gpu:
                 place.gpus_in_use.setdefault(host, set()).add(gpu_id(gpu))
-        for rank, where in rank_places(con).items():
+        places = rank_places(con)
+        for rank, where in places.items():
             place.rank_place[rank] = (where.host, gpu_id(where.gpu))
             if where.host:
                 place.job_hosts.add(where.host)
@@ -94,11 +102,62 @@ class Place:
                 "SELECT DISTINCT host, gpu FROM topology WHERE gpu IS NOT NULL").fetchall():
             place.known_gpus.setdefault(host or "", set()).add(gpu_id(gpu))
         place.peers = PeerResolver.of(con, place.machines, place.job_hosts)
+        place.task_lines = _task_lines(con, places)
+        place.pod_nodes = _pod_nodes(con, place.machines)
         return place
 
     def ranks_at(self, host: str | None, gpu: str | None) -> list[int]:
         return sorted(r for r, (h, g) in self.rank_place.items()
                       if h == host and (gpu is None or g == gpu))
+
+
+def _pod_nodes(con: duckdb.DuckDBPyConnection, machines: set[str]) -> dict[str, str]:
+    """Pod -> node, where the evidence names exactly one node for it: Kubernetes events about the pod
+    (``Pod/NAME`` with the node the kubelet or scheduler reported), and a log file named after the pod
+    collected from a host (``hgx05/logs/vllm-…-jpj2q.log``). Names that are machines themselves are not
+    pods."""
+    seen: dict[str, set[str]] = {}
+    for obj, node in con.execute(
+            "SELECT DISTINCT attrs->>'object', coalesce(attrs->>'node', host) FROM event WHERE kind = 'k8s_event' "
+            "AND (attrs->>'object') LIKE 'Pod/%' AND coalesce(attrs->>'node', host) IS NOT NULL").fetchall():
+        seen.setdefault(obj.split("/", 1)[1], set()).add(node)
+    for source, host in con.execute(
+            "SELECT DISTINCT source, host FROM artifact WHERE host IS NOT NULL AND source IS NOT NULL").fetchall():
+        name = source.replace("\\", "/").rsplit("/", 1)[-1]
+        stem = name.split(".log", 1)[0] if ".log" in name else ""
+        if stem and stem != host and "-" in stem:
+            seen.setdefault(stem, set()).add(host)
+    return {pod: next(iter(nodes)) for pod, nodes in seen.items()
+            if len(nodes) == 1 and pod not in machines and next(iter(nodes)) in machines}
+
+
+def _task_lines(con: duckdb.DuckDBPyConnection,
+                places: dict[int, Any]) -> dict[tuple[str, int], tuple[str, str | None]]:
+    """Lines under a per-node launcher's task with no host or rank of their own, placed on the task's
+    node (the job's node list in order, workbench/query/rank_places.py) and on the GPU of the rank with
+    that local rank there, where the ranks' places say which."""
+    rows = con.execute(
+        "SELECT artifact, line, job, TRY_CAST(attrs->>'launcher_task' AS INTEGER), "
+        "TRY_CAST(attrs->>'local_rank' AS INTEGER) FROM event WHERE host IS NULL AND rank IS NULL "
+        "AND (attrs->>'launcher_task') IS NOT NULL AND artifact IS NOT NULL AND line IS NOT NULL").fetchall()
+    if not rows:
+        return {}
+    gpu_of: dict[tuple[str, int], set[str]] = {}
+    for where in places.values():
+        if where.host and where.device is not None and where.gpu:
+            gpu_of.setdefault((where.host, where.device), set()).add(gpu_id(where.gpu))
+    nodes_of: dict[str | None, list[str] | None] = {}
+    out: dict[tuple[str, int], tuple[str, str | None]] = {}
+    for artifact, line, job, task, local in rows:
+        if job not in nodes_of:
+            nodes_of[job] = (job_nodes(con, {job}) if job else None) or job_nodes(con, None)
+        nodes = nodes_of[job]
+        if task is None or not nodes or not 0 <= task < len(nodes):
+            continue
+        host = nodes[task]
+        gpus = gpu_of.get((host, local)) if local is not None else None
+        out[(artifact, line)] = (host, next(iter(gpus)) if gpus and len(gpus) == 1 else None)
+    return out
 
 
 @dataclass
@@ -217,6 +276,13 @@ class Engine:
             if row.get("host") in (None, host):
                 row["host"] = row.get("host") or host
                 row["gpu"] = row.get("gpu") or gpu
+        elif row.get("host") is None and rank is None and self.place.task_lines:
+            host, gpu = self.place.task_lines.get((row.get("artifact"), row.get("line")), (None, None))
+            if host:
+                row["host"], row["gpu"] = host, row.get("gpu") or gpu
+        node = self.place.pod_nodes.get(row.get("host") or "") if self.place.pod_nodes else None
+        if node:
+            row["host"] = node
         if row.get("gpu"):
             row["gpu"] = gpu_id(row["gpu"])
         ts = row.get("ts")

@@ -5,7 +5,9 @@ with NCCL_DEBUG unset, and NCCL releases before 2.19 print no commId that ties a
 the others'. So the ``topology`` table holds, besides NCCL's rows, rows the log reader placed from
 launcher evidence (``extra.placed_by``: ``nccl_header`` a rank's NCCL WARN line names its host:pid,
 ``torchelastic`` the agent's rendezvous table, ``environment`` an environment dump, ``srun_label`` an
-``srun -l`` task prefix, ``failure_table`` torchrun's root-cause table), and this module joins them
+``srun -l`` task prefix, ``srun_node_task`` a rank printed under a per-node launcher's task (the task is
+the node's index in the job's node list: ``0: [default3]:[rank3]:`` or the agent's rendezvous table),
+``failure_table`` torchrun's root-cause table), and this module joins them
 across artifacts:
 
 - ranks of the world communicator: every NCCL row whose nranks is the largest (with or without commId),
@@ -67,15 +69,19 @@ def rank_places(con: duckdb.DuckDBPyConnection) -> dict[int, RankPlace]:
     """Rank -> where it ran, for the ranks the evidence places on exactly one host."""
     rows = con.execute(
         "SELECT rank, host, gpu, cuda_dev, pid, comm_id, coalesce(nranks, 0), extra->>'placed_by', "
-        "coalesce(extra->>'gpu_index', extra->>'local_rank'), job, (extra->>'gpu_index') IS NOT NULL FROM topology "
+        "coalesce(extra->>'gpu_index', extra->>'local_rank'), job, (extra->>'gpu_index') IS NOT NULL, "
+        "TRY_CAST(extra->>'task' AS INTEGER) FROM topology "
         "WHERE rank IS NOT NULL AND ((extra->>'placed_by') IS NOT NULL OR coalesce(nranks, 0) = (SELECT "
         "coalesce(max(nranks), 0) FROM topology WHERE rank IS NOT NULL AND (extra->>'placed_by') IS NULL))").fetchall()
     nccl_world = max((r[6] for r in rows if r[7] is None), default=0)
     claims: dict[int, _Claims] = defaultdict(_Claims)
     unhosted: list[tuple[int, str | None]] = []
-    for rank, host, gpu, dev, pid, comm, nranks, placed_by, index, job, pinned in rows:
+    node_lists: dict[str | None, list[str] | None] = {}
+    for rank, host, gpu, dev, pid, comm, nranks, placed_by, index, job, pinned, task in rows:
         if placed_by is None and nranks != nccl_world:
             continue
+        if host is None and placed_by == "srun_node_task" and task is not None:
+            host = _node_of_task(con, node_lists, job, task)
         claim = claims[rank]
         claim.sources.add(placed_by or "nccl_init")
         if comm and placed_by is None:
@@ -110,6 +116,16 @@ def rank_places(con: duckdb.DuckDBPyConnection) -> dict[int, RankPlace]:
     _gpus_from_processes(con, places)
     _gpus_from_devices(con, places)
     return places
+
+
+def _node_of_task(con: duckdb.DuckDBPyConnection, node_lists: dict[str | None, list[str] | None],
+                  job: str | None, task: int) -> str | None:
+    """The node a per-node launcher's ``srun -l`` task ran on: with one task a node, task i is the
+    job's i-th node (SLURM_NODEID, the node list's order)."""
+    if job not in node_lists:
+        node_lists[job] = (job_nodes(con, {job}) if job else None) or job_nodes(con, None)
+    nodes = node_lists[job]
+    return nodes[task] if nodes and 0 <= task < len(nodes) else None
 
 
 def _srun_blocks(con: duckdb.DuckDBPyConnection, claims: dict[int, _Claims],

@@ -161,3 +161,20 @@ def test_the_world_size_sets_the_ranks_per_node(tmp_path):
     with _bundle(tmp_path, rows) as bundle:
         places = rank_places(bundle.con)
     assert [places[r].host for r in range(3)] == ["node07"] * 3 and places[7].host == "node08"
+
+
+def test_a_rank_under_a_per_node_launchers_task_runs_on_that_node_of_the_job(tmp_path):
+    """``srun -l`` over one torchrun a node: task 1 is the job's second node (the node list's order),
+    whatever the rank number; its local rank is the GPU index there. Four tasks read as ranks would have
+    put rank 5 nowhere and rank 1 on node08."""
+    rows: list[Row] = [_launcher(r, "srun_node_task", task=r // 4, local_rank=r % 4) for r in range(8)]
+    for row in rows:
+        row.job = "91842"
+    rows += [_job(["node07", "node08"]), _job(["node09"], job="91790")]
+    buses = ("18", "2a", "3a", "5d")
+    rows += [GpuInventory(host="node08", gpu=f"0000:{bus}:00.0", index=i) for i, bus in enumerate(buses)]
+    with _bundle(tmp_path, rows) as bundle:
+        places = rank_places(bundle.con)
+    assert [places[r].host for r in (0, 3, 4, 7)] == ["node07", "node07", "node08", "node08"]
+    assert (places[5].device, places[5].gpu) == (1, "0000:2a:00.0")
+    assert places[1].gpu is None, "node07 reported no GPU list"
