@@ -206,6 +206,9 @@ class Engine:
         self.causes = causes
         self.horizon = horizon_s
         self.tolerance = tolerance_s
+        self.run_began: datetime | None = None
+        """When the incident job's run began (IncidentFocus.began): a consequence that accrues over the
+        whole run (a time limit) may have been caused by anything seen since then."""
         self._reporter_cache: dict[tuple[int, int], set[str]] = {}
 
     # -- rows --------------------------------------------------------------------------------

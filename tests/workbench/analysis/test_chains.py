@@ -239,6 +239,24 @@ def test_failed_scheduling_short_of_gpus_stays_missing_capacity(tmp_path: Path) 
     assert result["hypotheses"][0]["cause"] == "insufficient_capacity"
 
 
+# -- hot GPU -> slow steps for hours -> the job's time limit ----------------------------------------------
+@pytest.mark.parametrize("cause", ["thermal_throttling", "power_throttling"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_throttle_hours_before_the_time_limit_is_its_root(tmp_path: Path, cause: str, seed: int) -> None:
+    """At the hardest level the throttle's last sample lies an hour or more before the TIMEOUT, on
+    another host than the one the scheduler's line names: the time limit accrued over the whole run,
+    so a throttle anywhere in the job's run is what paced it."""
+    d = generate(cause, "training", seed, "hardest")
+    result = _run(d, tmp_path)
+    top = result["hypotheses"][0]
+    assert (top["cause"], top["host"]) == (cause, d.culprit), [(h["cause"], h["host"]) for h in result["hypotheses"]]
+    assert _causes(top)[:2] == [cause, "job_time_limit"]
+    first = result["first_anomaly"]
+    lag = _ts(first["ts"]) - _utc(d.truth("unused").first_anomaly_at)
+    # the first throttle sample (one scrape interval), not the TIMEOUT hours later
+    assert first["host"] == d.culprit and abs(lag.total_seconds()) <= 30.0, first
+
+
 # -- the first anomaly is the first abnormal line, wherever the loud one is ------------------------------
 @pytest.mark.parametrize(("cause", "workload"), [
     ("driver_stack_mismatch", "training"),  # the dpkg upgrade hours before CUDA fails
