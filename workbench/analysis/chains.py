@@ -86,6 +86,8 @@ def leads(engine: Engine, a: Candidate, b: Candidate) -> bool:
         return _precedes_in_paste(a, b)
     if active_before(a, b.first_seen, engine.horizon, engine.tolerance):
         return True
+    if engine.causes[a.cause].get("lasting"):  # a state that stays true: begun before b is enough
+        return active_before(a, b.first_seen, float("inf"), engine.tolerance)
     return bool(engine.causes[b.cause].get("accrues")) and during_run(a, b.first_seen, engine.run_began,
                                                                      engine.tolerance)
 

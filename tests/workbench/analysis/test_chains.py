@@ -257,6 +257,20 @@ def test_a_throttle_hours_before_the_time_limit_is_its_root(tmp_path: Path, caus
     assert first["host"] == d.culprit and abs(lag.total_seconds()) <= 30.0, first
 
 
+# -- a lasting state: Fabric Manager down hours before the failure still explains it -------------------
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fabric_manager_down_hours_before_the_failure_still_explains_it(tmp_path: Path, seed: int) -> None:
+    """At the hard level Fabric Manager's error lies an hour or more before the job fails: it has been
+    down all along (a lasting state), so the failure it explains scores as one it caused now."""
+    d = generate("fabric_manager_down", "training", seed, "hard")
+    result = _run(d, tmp_path)
+    top = result["hypotheses"][0]
+    assert (top["cause"], top["host"]) == ("fabric_manager_down", d.culprit)
+    assert top["explains"]["symptom_groups"] >= 1, top["explains"]
+    assert "job_failed" in [link.get("symptom") for link in top["chain"]]
+    assert top["score"] >= 0.5
+
+
 # -- the first anomaly is the first abnormal line, wherever the loud one is ------------------------------
 @pytest.mark.parametrize(("cause", "workload"), [
     ("driver_stack_mismatch", "training"),  # the dpkg upgrade hours before CUDA fails
