@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from workbench.analysis import chains
 from workbench.analysis.engine import analyze
 from workbench.analysis.findings import Hypothesis
+from workbench.analysis.hypotheses import Candidate, SymptomGroup
 from workbench.ingest.session import ingest_paths
 from workbench.prevention.drill import generate, serving, training
 from workbench.prevention.drill.incident import Drill
@@ -269,6 +271,28 @@ def test_fabric_manager_down_hours_before_the_failure_still_explains_it(tmp_path
     assert top["explains"]["symptom_groups"] >= 1, top["explains"]
     assert "job_failed" in [link.get("symptom") for link in top["chain"]]
     assert top["score"] >= 0.5
+
+
+# -- a bad deploy: the rollout is the first anomaly, not an error blip days before it ---------------------
+def test_the_first_anomaly_of_a_bad_deploy_is_the_rollout_not_an_error_days_before() -> None:
+    """Errors three days before a rollout were another episode: the chain opens at the change, so
+    the first anomaly is the rollout, then the errors after it, never the old blip."""
+    rollout = datetime(2026, 4, 14, 5, 24, 31)
+    change = {"kind": "change", "strength": 0.9, "at": rollout, "host": None, "gpu": None, "origin": None,
+              "text": "deploy model llama v18 -> v19 by ci-bot", "cause": "bad_change"}
+    top = Candidate(cause="bad_change", layer="business", scope="global", host=None, gpu=None, rows=[change])
+
+    def spike(host: str, at: datetime) -> dict:
+        return {"kind": "error_rate_spike", "strength": 1.0, "at": at, "host": host, "gpu": None, "origin": None,
+                "text": "error ratio 0.29 (baseline 0)"}
+
+    blip = spike("vllm-old11", rollout - timedelta(days=3))
+    after = spike("vllm-4dtpn", rollout + timedelta(seconds=41))
+    groups = [SymptomGroup(kind="error_rate_spike", host=r["host"], nodes=frozenset(), rows=[r], first=r["at"],
+                           count=1, explained_by=top) for r in (blip, after)]
+    rows = chains.first_anomaly_rows(top, groups, horizon_s=900.0)
+    assert blip not in rows and after in rows
+    assert min(rows, key=lambda r: r["at"]) is change
 
 
 # -- the first anomaly is the first abnormal line, wherever the loud one is ------------------------------
