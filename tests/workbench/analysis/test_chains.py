@@ -302,6 +302,7 @@ def test_the_first_anomaly_of_a_bad_deploy_is_the_rollout_not_an_error_days_befo
     ("ecc_uncorrectable", "training"),  # Xid 94, not the traceback stamped with the step line before it
     ("pod_eviction", "inference"),  # the kubelet's eviction threshold before the eviction
     ("fabric_manager_down", "inference"),  # Fabric Manager refusing to start before the pod's CUDA 802
+    ("numeric_instability", "training"),  # the loss jumping half again two logs before it turns NaN
 ])
 def test_the_first_anomaly_is_the_drills_first_abnormal_line(tmp_path: Path, cause: str, workload: str) -> None:
     d = generate(cause, workload, 1)
