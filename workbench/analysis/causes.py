@@ -37,9 +37,14 @@ SCOPES = ("gpu", "host", "global")
 ACTION_KINDS = ("monitoring", "change_control", "isolation", "drills")
 _REQUIRED = ("layer", "title", "scope", "description", "symptoms", "remediation", "action_items", "leads_to",
              "absorbs")
-_OPTIONAL = ("unknown",)
+_OPTIONAL = ("unknown", "accrues", "lasting")
 """``unknown: true``: the cause is 'an error no catalog entry knows' at a layer, not a failure of its own;
-there is nothing specific to practise, so it has no drill (every other cause has one)."""
+there is nothing specific to practise, so it has no drill (every other cause has one).
+``accrues: true``: the cause builds up over the whole run (a time limit): whatever led to it may have
+shown at any time since the job began, not only shortly before it (workbench/analysis/chains.py).
+``lasting: true``: a state that stays true once it began (Fabric Manager not running): evidence of
+it hours before a failure still explains the failure, so its timing does not decay."""
+_FLAGS = ("unknown", "accrues", "lasting")
 
 
 SECTIONS = ("alerts", "unmeasured", "isolation")
@@ -95,6 +100,9 @@ def validate_causes(data: Any) -> dict[str, dict[str, Any]]:
         for kind, lines in items.items():
             if not isinstance(lines, list) or not all(isinstance(x, str) and x for x in lines):
                 raise CatalogError(f"{at}: action_items.{kind} must be a list of text")
+        for flag in _FLAGS:
+            if flag in entry and not isinstance(entry[flag], bool):
+                raise CatalogError(f"{at}: {flag} must be true or false")
         for rel in ("leads_to", "absorbs"):
             bad = [c for c in entry[rel] if c not in data]
             if bad:

@@ -4,11 +4,12 @@ and the first anomaly as the chain's first link.
 The cause catalog declares the direction (``leads_to``: a driver change leads to Fabric Manager
 refusing to start, a container's own OOM kill to the restarts that look like missing capacity); the
 evidence decides whether the link holds here: the upstream cause came first, at the place of the
-downstream one, and was still showing shortly before it. A change is the exception to "shortly":
-an upgrade lies dormant until the next restart or job start, so a change up to CHANGE_LATENCY_S
-before the consequence on the same host still links. Without this the louder line (Fabric Manager's
-error, the CUDA 802 it causes) outranks the quiet one that caused it (the dpkg line of the day
-before).
+downstream one, and was still showing shortly before it (or, for a consequence the catalog says
+``accrues`` over the run, such as a time limit, at any time since the incident job began). A change
+is the exception to "shortly": an upgrade lies dormant until the next restart or job start, so a
+change up to CHANGE_LATENCY_S before the consequence on the same host still links. Without this the
+louder line (Fabric Manager's error, the CUDA 802 it causes) outranks the quiet one that caused it
+(the dpkg line of the day before).
 
 The first anomaly is what a responder would put at the top of the timeline: the first link's
 earliest timed evidence (the change before the first error, the first corrected error that led up
@@ -83,7 +84,22 @@ def leads(engine: Engine, a: Candidate, b: Candidate) -> bool:
         from workbench.analysis.hypotheses import _precedes_in_paste
 
         return _precedes_in_paste(a, b)
-    return active_before(a, b.first_seen, engine.horizon, engine.tolerance)
+    if active_before(a, b.first_seen, engine.horizon, engine.tolerance):
+        return True
+    if engine.causes[a.cause].get("lasting"):  # a state that stays true: begun before b is enough
+        return active_before(a, b.first_seen, float("inf"), engine.tolerance)
+    return bool(engine.causes[b.cause].get("accrues")) and during_run(a, b.first_seen, engine.run_began,
+                                                                     engine.tolerance)
+
+
+def during_run(c: Candidate, when: datetime, began: datetime | None, tolerance_s: float) -> bool:
+    """c showed at some time between the incident job's start and ``when``: for a consequence that
+    accrues over the whole run (the time limit of a job a hot GPU paced for hours), where the cause's
+    latest line lies an hour or more before it."""
+    if began is None:
+        return False
+    slack = timedelta(seconds=tolerance_s)
+    return any(began - slack <= r["at"] <= when + slack for r in _carrying(c))
 
 
 def link(a: Candidate, b: Candidate) -> None:

@@ -83,6 +83,7 @@ def analyze(bundle: Bundle, workload: str | None = None) -> dict[str, Any]:
     place = Place.of(con)
     place.job_hosts |= focus.hosts  # the scheduler's node list says where the job ran, with no NCCL INFO
     engine = Engine(place, offsets, causes, playbook.params["horizon_s"], playbook.params["tolerance_s"])
+    engine.run_began = focus.began
     cause_rows = focus.weigh([r for res in results if res.check.role == "cause" for r in res.rows])
     locators = [r for res in results if res.check.role == "locator" for r in res.rows]
     ranked, groups = engine.rank(cause_rows, symptom_rows, locators)

@@ -265,6 +265,9 @@ class Engine:
         self.causes = causes
         self.horizon = horizon_s
         self.tolerance = tolerance_s
+        self.run_began: datetime | None = None
+        """When the incident job's run began (IncidentFocus.began): a consequence that accrues over the
+        whole run (a time limit) may have been caused by anything seen since then."""
         self._reporter_cache: dict[tuple[int, int], set[str]] = {}
 
     # -- rows --------------------------------------------------------------------------------
@@ -472,8 +475,9 @@ class Engine:
 
     def timing(self, c: Candidate, g: SymptomGroup) -> float:
         """1 when the cause was active shortly before the symptom (its latest significant evidence
-        before it lies within the horizon); decays when that evidence is older; low when all of it
-        came after the symptom, unless it is snapshot state that may have been true before."""
+        before it lies within the horizon, or at any time before it for a cause the catalog calls
+        ``lasting``); decays when that evidence is older; low when all of it came after the symptom,
+        unless it is snapshot state that may have been true before."""
         times = c.significant_times
         if not times or g.first is None:
             return _paste_order(c.rows, g.rows)
@@ -481,8 +485,8 @@ class Engine:
         if n == 0:
             return 0.6 if c.is_state else 0.1
         lag = (g.first - times[n - 1]).total_seconds()
-        if lag <= self.horizon:
-            return 1.0
+        if lag <= self.horizon or self.causes[c.cause].get("lasting"):
+            return 1.0  # a lasting state (Fabric Manager down) seen hours ago is still true now
         return math.exp(-(lag - self.horizon) / self.horizon)
 
     def score(self, cands: list[Candidate], groups: list[SymptomGroup], locators: list[dict[str, Any]]) -> None:

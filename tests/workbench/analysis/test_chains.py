@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from workbench.analysis import chains
 from workbench.analysis.engine import analyze
 from workbench.analysis.findings import Hypothesis
+from workbench.analysis.hypotheses import Candidate, SymptomGroup
 from workbench.ingest.session import ingest_paths
 from workbench.prevention.drill import generate, serving, training
 from workbench.prevention.drill.incident import Drill
@@ -239,12 +241,68 @@ def test_failed_scheduling_short_of_gpus_stays_missing_capacity(tmp_path: Path) 
     assert result["hypotheses"][0]["cause"] == "insufficient_capacity"
 
 
+# -- hot GPU -> slow steps for hours -> the job's time limit ----------------------------------------------
+@pytest.mark.parametrize("cause", ["thermal_throttling", "power_throttling"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_throttle_hours_before_the_time_limit_is_its_root(tmp_path: Path, cause: str, seed: int) -> None:
+    """At the hardest level the throttle's last sample lies an hour or more before the TIMEOUT, on
+    another host than the one the scheduler's line names: the time limit accrued over the whole run,
+    so a throttle anywhere in the job's run is what paced it."""
+    d = generate(cause, "training", seed, "hardest")
+    result = _run(d, tmp_path)
+    top = result["hypotheses"][0]
+    assert (top["cause"], top["host"]) == (cause, d.culprit), [(h["cause"], h["host"]) for h in result["hypotheses"]]
+    assert _causes(top)[:2] == [cause, "job_time_limit"]
+    first = result["first_anomaly"]
+    lag = _ts(first["ts"]) - _utc(d.truth("unused").first_anomaly_at)
+    # the first throttle sample (one scrape interval), not the TIMEOUT hours later
+    assert first["host"] == d.culprit and abs(lag.total_seconds()) <= 30.0, first
+
+
+# -- a lasting state: Fabric Manager down hours before the failure still explains it -------------------
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fabric_manager_down_hours_before_the_failure_still_explains_it(tmp_path: Path, seed: int) -> None:
+    """At the hard level Fabric Manager's error lies an hour or more before the job fails: it has been
+    down all along (a lasting state), so the failure it explains scores as one it caused now."""
+    d = generate("fabric_manager_down", "training", seed, "hard")
+    result = _run(d, tmp_path)
+    top = result["hypotheses"][0]
+    assert (top["cause"], top["host"]) == ("fabric_manager_down", d.culprit)
+    assert top["explains"]["symptom_groups"] >= 1, top["explains"]
+    assert "job_failed" in [link.get("symptom") for link in top["chain"]]
+    assert top["score"] >= 0.5
+
+
+# -- a bad deploy: the rollout is the first anomaly, not an error blip days before it ---------------------
+def test_the_first_anomaly_of_a_bad_deploy_is_the_rollout_not_an_error_days_before() -> None:
+    """Errors three days before a rollout were another episode: the chain opens at the change, so
+    the first anomaly is the rollout, then the errors after it, never the old blip."""
+    rollout = datetime(2026, 4, 14, 5, 24, 31)
+    change = {"kind": "change", "strength": 0.9, "at": rollout, "host": None, "gpu": None, "origin": None,
+              "text": "deploy model llama v18 -> v19 by ci-bot", "cause": "bad_change"}
+    top = Candidate(cause="bad_change", layer="business", scope="global", host=None, gpu=None, rows=[change])
+
+    def spike(host: str, at: datetime) -> dict:
+        return {"kind": "error_rate_spike", "strength": 1.0, "at": at, "host": host, "gpu": None, "origin": None,
+                "text": "error ratio 0.29 (baseline 0)"}
+
+    blip = spike("vllm-old11", rollout - timedelta(days=3))
+    after = spike("vllm-4dtpn", rollout + timedelta(seconds=41))
+    groups = [SymptomGroup(kind="error_rate_spike", host=r["host"], nodes=frozenset(), rows=[r], first=r["at"],
+                           count=1, explained_by=top) for r in (blip, after)]
+    rows = chains.first_anomaly_rows(top, groups, horizon_s=900.0)
+    assert blip not in rows and after in rows
+    assert min(rows, key=lambda r: r["at"]) is change
+
+
 # -- the first anomaly is the first abnormal line, wherever the loud one is ------------------------------
 @pytest.mark.parametrize(("cause", "workload"), [
     ("driver_stack_mismatch", "training"),  # the dpkg upgrade hours before CUDA fails
     ("gpu_fell_off_bus", "training"),  # the first non-fatal AER minutes before the fatal one and Xid 79
     ("ecc_uncorrectable", "training"),  # Xid 94, not the traceback stamped with the step line before it
     ("pod_eviction", "inference"),  # the kubelet's eviction threshold before the eviction
+    ("fabric_manager_down", "inference"),  # Fabric Manager refusing to start before the pod's CUDA 802
+    ("numeric_instability", "training"),  # the loss jumping half again two logs before it turns NaN
 ])
 def test_the_first_anomaly_is_the_drills_first_abnormal_line(tmp_path: Path, cause: str, workload: str) -> None:
     d = generate(cause, workload, 1)

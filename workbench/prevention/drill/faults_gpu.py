@@ -374,7 +374,10 @@ def fabric_manager_down_inference(svc: Service) -> None:
           f"{boot:%b %d %H:%M:%S} {d.culprit} nv-fabricmanager[{d.rng.randint(2000, 5000)}]: fabric manager NVIDIA GPU driver interface version 550.90.07 don't match with driver version 550.107.02. Please update with matching NVIDIA driver package.",
           f"{boot:%b %d %H:%M:%S} {d.culprit} systemd[1]: nvidia-fabricmanager.service: Control process exited, code=exited, status=1/FAILURE",
           f"{boot:%b %d %H:%M:%S} {d.culprit} systemd[1]: Failed to start NVIDIA fabric manager service.")
-    d.first_sign = d.fault - timedelta(seconds=150)  # the reboot into the new driver starts the chain
+    # Fabric Manager refusing to start, as the journal stamps it (as in the training drill): the node
+    # going NotReady for its reboot is routine maintenance, and nothing here says it booted a new
+    # driver (no dpkg line) until Fabric Manager reports the mismatch
+    d.first_sign = boot.replace(microsecond=0)
     svc.event(d.fault - timedelta(seconds=150), "NodeNotReady", f"Node {d.culprit} status is now: NodeNotReady", kind="Node",
               obj=d.culprit, node=d.culprit, typ="Normal", component="node-controller")
     svc.event(boot + timedelta(seconds=40), "Rebooted", f"Node {d.culprit} has been rebooted, boot id: {d.rng.randint(0, 0xffffffff):08x}-1c2d-4e5f-8a9b-0c1d2e3f4a5b",
