@@ -225,13 +225,20 @@ def drills(stack: AlertingStack, tmp_path_factory: pytest.TempPathFactory) -> It
     """A drill of every cause with a log-counter rule, its report's rules loaded, one recorder following
     all their files on its /metrics port; then every drill's lines appended at once (one poll)."""
     from workbench.prevention.drill import write
+    from workbench.prevention.drill.registry import workloads_of
 
     root = tmp_path_factory.mktemp("drills")
     cases = {}
     for cause in LOG_RULE_CAUSES:
-        written = write(cause, None, 1, root / cause)
-        assert written.bundle is not None
-        cases[cause] = prepare_case(cause, written.bundle, root / f"{cause}.yaml", "--for-scale", str(FOR_SCALE))
+        # the first workload whose drill holds a line the cause's log-counter rules count (a CUDA
+        # traceback in a training job's log is no kernel or engine log line a recorder follows)
+        for workload in workloads_of(cause):
+            written = write(cause, workload, 1, root / f"{cause}-{workload}")
+            assert written.bundle is not None
+            cases[cause] = prepare_case(cause, written.bundle, root / f"{cause}-{workload}.yaml", "--for-scale",
+                                        str(FOR_SCALE))
+            if cases[cause].rules:
+                break
     follow = root / "follow"
     follow.mkdir()
     for case in cases.values():
