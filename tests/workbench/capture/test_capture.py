@@ -73,7 +73,15 @@ def test_capture_writes_atomically_and_leaves_no_partial_file(tmp_path, fake_col
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.duckdb"]
 
 
+def _as_a_fresh_process() -> None:
+    """Ctrl-C as a shell delivers it to a new ``gpuwb capture``: Python's own SIGINT handler. The child is
+    spawned, not forked, so nothing the test process accumulated over thousands of tests before it
+    (threads, open databases, handlers) is inherited."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _interrupted_capture(out: str, pid_file: str) -> None:
+    _as_a_fresh_process()
     registry.all_collectors = lambda: (fake_collector("quick", _quick),
                                        fake_collector("hangs", _hangs_after_one, timeout=60))
     Path(pid_file).write_text(str(os.getpid()))
@@ -86,7 +94,7 @@ def _interrupted_capture(out: str, pid_file: str) -> None:
 
 def test_ctrl_c_leaves_a_valid_bundle_marked_incomplete(tmp_path):
     out, pid_file = tmp_path / "b.duckdb", tmp_path / "pid"
-    proc = multiprocessing.get_context("fork").Process(target=_interrupted_capture, args=(str(out), str(pid_file)))
+    proc = multiprocessing.get_context("spawn").Process(target=_interrupted_capture, args=(str(out), str(pid_file)))
     proc.start()
     deadline = time.monotonic() + 10
     while not pid_file.exists() and time.monotonic() < deadline:
@@ -137,6 +145,7 @@ def _prints_a_secret_and_hangs(ctx):
 
 
 def _interrupted_mid_command(out: str, ready: str) -> None:
+    _as_a_fresh_process()
     registry.all_collectors = lambda: (fake_collector("secret", _prints_a_secret_and_hangs, timeout=60),)
     Path(ready).write_text("")
     result = capture(out)
@@ -148,7 +157,7 @@ def test_a_command_cut_by_ctrl_c_keeps_its_output_redacted(tmp_path):
     """The collector is killed mid-command, before it could emit (and redact) what the command printed: the
     capture stores that output itself, marked cut, with the secret masked as the collector would have."""
     out, ready = tmp_path / "b.duckdb", tmp_path / "ready"
-    proc = multiprocessing.get_context("fork").Process(target=_interrupted_mid_command, args=(str(out), str(ready)))
+    proc = multiprocessing.get_context("spawn").Process(target=_interrupted_mid_command, args=(str(out), str(ready)))
     proc.start()
     deadline = time.monotonic() + 10
     while not ready.exists() and time.monotonic() < deadline:
